@@ -1,0 +1,64 @@
+"""The accuracy gate: a faster change is worth nothing if training got worse.
+
+Both sides were measured at the same number of samples seen, from the same initial weights and data order (see
+``burst.py``), so a difference is the change's doing, not more or less training.  Only a worsening counts: a lower
+loss is never a rejection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from perftune.records import Accuracy
+
+DEFAULT_REPETITION_TOLERANCE = 0.10  # absolute increase in the share of repeated 3-grams
+
+
+@dataclass
+class GateResult:
+    ok: bool
+    reason: str = ""
+    changes: dict = field(default_factory=dict)  # metric -> relative change (candidate / baseline - 1)
+
+
+def _rel(candidate: Optional[float], baseline: Optional[float]) -> Optional[float]:
+    if candidate is None or baseline is None or baseline == 0:
+        return None
+    return candidate / baseline - 1.0
+
+
+def check(baseline: Accuracy, candidate: Optional[Accuracy], gate) -> GateResult:
+    """``gate`` is the plan's ``AccuracyGate``."""
+    if candidate is None:
+        return GateResult(False, "no accuracy was measured")
+    changes = {m: _rel(getattr(candidate, m), getattr(baseline, m)) for m in ("val_loss", "train_loss", "perplexity")}
+    if candidate.repetition_rate is not None and baseline.repetition_rate is not None:
+        changes["repetition_rate"] = candidate.repetition_rate - baseline.repetition_rate
+    if candidate.nonfinite and not baseline.nonfinite:
+        return GateResult(False, "NaN/Inf in the loss or gradients", changes)
+    if candidate.samples_seen != baseline.samples_seen:
+        return GateResult(False, f"measured after {candidate.samples_seen} samples, the baseline after "
+                                 f"{baseline.samples_seen}: not comparable", changes)
+    tolerances = {gate.metric: gate.rel_tolerance, **gate.tolerances}
+    for metric, tol in tolerances.items():
+        if metric == "repetition_rate":
+            continue
+        change = changes.get(metric)
+        if change is None:
+            if getattr(baseline, metric) is not None:
+                return GateResult(False, f"{metric} is missing", changes)
+            continue
+        if change > tol:
+            return GateResult(False, f"{metric} {getattr(candidate, metric):.4g} vs baseline "
+                                     f"{getattr(baseline, metric):.4g}: +{change:.1%} (tolerance {tol:.1%})", changes)
+    rep_tol = gate.tolerances.get("repetition_rate", DEFAULT_REPETITION_TOLERANCE)
+    rep = changes.get("repetition_rate")
+    if rep is not None and rep > rep_tol:
+        return GateResult(False, f"repetition rate of a greedy sample {candidate.repetition_rate:.2f} vs "
+                                 f"{baseline.repetition_rate:.2f} (+{rep:.2f}, tolerance {rep_tol:.2f})", changes)
+    if (candidate.max_grad_norm is not None and baseline.max_grad_norm
+            and candidate.max_grad_norm > gate.grad_norm_factor * baseline.max_grad_norm):
+        return GateResult(False, f"gradient norm blew up: max {candidate.max_grad_norm:.3g} vs baseline "
+                                 f"{baseline.max_grad_norm:.3g} (limit x{gate.grad_norm_factor:g})", changes)
+    return GateResult(True, "", changes)

@@ -1,0 +1,120 @@
+"""The ``perftune`` command: arguments in, a call to one plain function out.  User mistakes exit 2 in one line."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import click
+
+from perftune.errors import UserError
+
+
+def user_errors(func):
+    """Turn a ``UserError`` into its message on stderr and exit code 2; anything else is a bug with a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except UserError as exc:
+            click.echo(f"perftune: {exc}", err=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="perftune")
+def main() -> None:
+    """Performance-tuning experiments for MindSpore training: measure, profile, change one thing at a time."""
+
+
+@main.command()
+@click.argument("plan_path", type=click.Path(dir_okay=False, path_type=Path))
+@user_errors
+def validate(plan_path: Path) -> None:
+    """Check PLAN_PATH without running anything (exit 2 with one line per problem)."""
+    from perftune.plan import load_plan
+
+    plan = load_plan(plan_path)
+    n_values = sum(len(v) for v in plan.variables.values())
+    click.echo(f"{plan_path}: ok ({plan.workload} on {plan.device}, {len(plan.variables)} variable(s), "
+               f"{n_values} one-at-a-time trial(s))")
+
+
+@main.command(name="knobs")
+def knobs_command() -> None:
+    """List every knob: its values, default, what it changes and the backends that can run it."""
+    from perftune.knobs import BACKENDS, KNOBS
+
+    for knob in KNOBS.values():
+        click.echo(f"{knob.name}")
+        click.echo(f"  values:   {knob.values_text()}   (default: {knob.default})")
+        click.echo(f"  changes:  {knob.help}")
+        backends = []
+        for b in BACKENDS:
+            refused = [str(v) for v, bs in knob.refused.items() if b in bs]
+            if b in knob.no_effect_on:
+                backends.append(f"{b} (accepted, no effect)")
+            elif b not in knob.runs_on:
+                backends.append(f"{b} (not supported)")
+            elif refused:
+                backends.append(f"{b} (not {', '.join(refused)})")
+            else:
+                backends.append(b)
+        click.echo(f"  backends: {', '.join(backends)}")
+
+
+@main.command()
+@click.argument("plan_path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--set", "overrides", multiple=True, metavar="KNOB=VALUE", help="Override a baseline knob.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Trial folder (default: reports/<plan name>/runs/<trial id>).")
+@user_errors
+def run(plan_path: Path, overrides: tuple[str, ...], out_dir: Path | None) -> None:
+    """Run one burst of PLAN_PATH's baseline (with --set overrides) and print a summary."""
+    from perftune.runone import run_one
+
+    result, trial_dir = run_one(plan_path, overrides, out_dir)
+    from perftune.summary import trial_summary
+
+    click.echo(trial_summary(result, trial_dir))
+    if result.status != "ok":
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("plan_path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Results folder (default: the plan's output_dir, else reports/<plan name>).")
+@click.option("--fresh", is_flag=True, help="Start over instead of reusing finished trials.")
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
+@click.option("--report/--no-report", default=True, help="Write report.html at the end.")
+@user_errors
+def sweep(plan_path: Path, out_dir: Path | None, fresh: bool, progress: bool, report: bool) -> None:
+    """Run the sweep of PLAN_PATH: baseline, one variable at a time, stack what helped; resumable."""
+    from perftune.plan import load_plan
+    from perftune.runone import plan_output_dir
+    from perftune.sweep import run_sweep
+    from perftune.summary import sweep_summary
+
+    plan = load_plan(plan_path)
+    out = out_dir or plan_output_dir(plan, plan_path)
+    try:
+        result = run_sweep(plan, out, plan_path, fresh=fresh, progress=progress, argv=sys.argv[1:])
+    except KeyboardInterrupt:
+        again = f"perftune sweep {plan_path}" + (f" --out {out_dir}" if out_dir else "")
+        click.echo(f"\ninterrupted: finished trials are saved in {out}; resume with: {again}", err=True)
+        sys.exit(130)
+    report_path = None
+    if report:
+        from perftune.report import write_report
+
+        report_path = write_report(out)
+    click.echo(sweep_summary(result, out, report_path))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""The one registry of knobs: name, allowed values, what it changes, how the burst applies it, which backends run it.
+
+The burst (``perftune/burst.py``) applies knobs by name; this module is the single source for what a value may be
+and what a backend can do with it, so ``perftune knobs``, plan validation and the burst never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+BACKENDS = ("CPU", "GPU", "Ascend")
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    kind: str  # "choice" | "int" | "bool"
+    default: Any
+    help: str
+    applies: str  # where the burst applies it: context | threads | dataset | network | step | launch
+    choices: tuple = ()
+    minimum: Optional[int] = None
+    maximum: Optional[int] = None
+    #: backends that can run every value; values outside ``runs_on`` are still tried, and a failure is "unsupported"
+    runs_on: tuple = BACKENDS
+    #: value -> backends known to refuse it (tried anyway: MindSpore's own message becomes the trial's reason)
+    refused: dict = field(default_factory=dict)
+    #: backends where MindSpore accepts the knob and silently ignores it
+    no_effect_on: tuple = ()
+
+    def normalize(self, value: Any) -> Any:
+        """YAML 1.1 reads ``on``/``off`` as booleans; give them back their names where the knob has those choices."""
+        if self.kind == "choice" and isinstance(value, bool) and {"on", "off"} <= set(self.choices):
+            return "on" if value else "off"
+        return value
+
+    def check(self, value: Any) -> Optional[str]:
+        """None when ``value`` is allowed, else what is allowed (for a one-line error)."""
+        if self.kind == "bool":
+            if isinstance(value, bool):
+                return None
+            return "allowed: true | false"
+        if self.kind == "int":
+            if isinstance(value, bool) or not isinstance(value, int):
+                return f"allowed: an integer{self._range()}"
+            if (self.minimum is not None and value < self.minimum) or (self.maximum is not None and value > self.maximum):
+                return f"allowed: an integer{self._range()}"
+            return None
+        if value in self.choices and not isinstance(value, bool):
+            return None
+        return "allowed: " + " | ".join(str(c) for c in self.choices)
+
+    def _range(self) -> str:
+        if self.minimum is not None and self.maximum is not None:
+            return f" from {self.minimum} to {self.maximum}"
+        if self.minimum is not None:
+            return f" >= {self.minimum}"
+        return ""
+
+    def values_text(self) -> str:
+        if self.kind == "bool":
+            return "true | false"
+        if self.kind == "int":
+            return "integer" + self._range()
+        return " | ".join(str(c) for c in self.choices)
+
+    def known_refusal(self, value: Any, backend: str) -> bool:
+        return backend in self.refused.get(value, ()) or backend not in self.runs_on
+
+
+KNOBS: dict[str, Knob] = {
+    k.name: k
+    for k in [
+        Knob("batch_size", "int", 32, "samples per optimizer step (the dataset's batch)", "dataset", minimum=1),
+        Knob("mode", "choice", "graph", "GRAPH_MODE (compiled) or PYNATIVE_MODE (eager)", "context",
+             choices=("graph", "pynative")),
+        Knob("jit_level", "choice", "O0", "graph compile level (O2: whole-graph sinking, Ascend)", "context",
+             choices=("O0", "O1", "O2"), refused={"O2": ("CPU",)}),
+        Knob("graph_kernel", "choice", "off", "graph-kernel fusion (on = MindSpore's default opt level, O1/O2 = "
+             "--opt_level)", "context", choices=("off", "on", "O1", "O2"),
+             refused={"on": ("CPU",), "O1": ("CPU",), "O2": ("CPU",)}),
+        Knob("amp_level", "choice", "O0", "automatic mixed precision: O0 fp32, O1 white-list fp16, O2 most ops "
+             "fp16 (BN fp32), O3 all fp16", "network", choices=("O0", "O1", "O2", "O3")),
+        Knob("loss_scale", "choice", "none", "loss scaling for fp16 gradients: none, static (1024) or dynamic "
+             "(grows 2x every 50 finite steps, halves and skips the update on overflow)", "step",
+             choices=("none", "static", "dynamic")),
+        Knob("num_parallel_workers", "int", 1, "dataset worker threads for map and batch (MindSpore caps it at the "
+             "core count)", "dataset", minimum=1, maximum=256),
+        Knob("prefetch_size", "int", 16, "dataset queue depth per operator (ds.config.set_prefetch_size)", "dataset",
+             minimum=1, maximum=1024),
+        Knob("python_multiprocessing", "bool", False, "run the Python map in worker processes instead of threads "
+             "(escapes the GIL)", "dataset"),
+        Knob("dataset_format", "choice", "numpy", "feed the data from NumPy arrays or from a MindRecord file "
+             "(written once per dataset and reused)", "dataset", choices=("numpy", "mindrecord")),
+        Knob("drop_remainder", "bool", True, "drop the last incomplete batch (avoids a shape change and a "
+             "recompile)", "dataset"),
+        Knob("grad_accum_steps", "int", 1, "split each batch into k micro-batches and accumulate their gradients "
+             "(same samples per update, less activation memory)", "step", minimum=1, maximum=64),
+        Knob("recompute", "bool", False, "recompute the workload's recompute cells in backward instead of keeping "
+             "activations", "network"),
+        Knob("dataset_sink_mode", "bool", False, "sink the dataset to the device and run steps there without "
+             "returning to Python", "step", no_effect_on=("CPU",)),
+        Knob("kernel_threads", "int", 0, "CPU kernel threads (op_tuning.threads_num); 0 = MindSpore's default",
+             "threads", minimum=0, maximum=256),
+        Knob("dispatch_threads", "int", 0, "runtime dispatch threads (runtime.dispatch_threads_num); 0 = default",
+             "threads", minimum=0, maximum=256),
+        Knob("train_step", "choice", "cell", "how the step is written: a Cell (TrainOneStepCell style) or an "
+             "ms.jit function around value_and_grad + the optimizer", "step", choices=("cell", "function")),
+    ]
+}
+
+
+def defaults() -> dict[str, Any]:
+    return {name: knob.default for name, knob in KNOBS.items()}
+
+
+def effective(values: dict[str, Any]) -> dict[str, Any]:
+    """Every knob's value: the defaults overlaid with ``values`` (so a trial's id covers all of them)."""
+    out = defaults()
+    out.update(values)
+    return out
+
+
+def no_effect_notes(values: dict[str, Any], backend: str) -> list[str]:
+    """Knobs set away from their default that MindSpore accepts but ignores on ``backend``."""
+    notes = []
+    for name, value in values.items():
+        knob = KNOBS[name]
+        if backend in knob.no_effect_on and value != knob.default:
+            notes.append(f"{name}={value} has no effect on {backend}: MindSpore accepts it and ignores it")
+    return notes

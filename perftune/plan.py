@@ -1,0 +1,229 @@
+"""Loading and validating ``plan.yaml`` into a typed ``Plan``.
+
+Every problem is reported at once, one line each, naming the field path, the bad value and what is allowed, before
+anything runs: a sweep that dies an hour in on a typo is the worst outcome a tuning tool can have.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from perftune import knobs
+from perftune.errors import UserError
+from perftune.workloads import check_reference
+
+ACCURACY_METRICS = ("val_loss", "train_loss", "perplexity")
+
+
+class PlanError(UserError):
+    def __init__(self, problems: list[str], source: str = "plan"):
+        self.problems = problems
+        super().__init__(f"{source}: {len(problems)} problem(s)\n" + "\n".join(f"  {p}" for p in problems))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BurstSettings(_Strict):
+    warmup_steps: int = Field(3, ge=0)
+    steps: int = Field(30, ge=1)
+    repeats: int = Field(3, ge=1)
+    profile_steps: int = Field(5, ge=0)
+    timeout_s: float = Field(300, gt=0)
+
+
+class AccuracyGate(_Strict):
+    metric: Literal["val_loss", "train_loss", "perplexity"] = "val_loss"
+    rel_tolerance: float = Field(0.05, ge=0)
+    #: per-metric tolerances, overriding rel_tolerance for that metric
+    tolerances: dict[Literal["val_loss", "train_loss", "perplexity", "repetition_rate"], float] = Field(
+        default_factory=dict
+    )
+    #: samples every trial has seen when accuracy is measured; default: baseline batch_size x steps x repeats
+    samples: Optional[int] = Field(None, ge=1)
+    #: a trial whose largest gradient norm exceeds this factor times the baseline's is rejected
+    grad_norm_factor: float = Field(10.0, gt=1)
+
+
+class DecisionRule(_Strict):
+    min_gain: float = Field(0.03, ge=0)
+    confidence: float = Field(0.95, gt=0.5, lt=1)
+    #: the baseline is measured this many times, in separate processes spread through the sweep
+    baseline_runs: int = Field(3, ge=1, le=20)
+    #: also try the not-significant changes on top of the stack (the bottleneck may have moved)
+    retry_on_stack: bool = True
+
+
+class Plan(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=80)
+    workload: str
+    workload_params: dict[str, Any] = Field(default_factory=dict)
+    device: Literal["CPU", "GPU", "Ascend"] = "CPU"
+    seed: int = 0
+    burst: BurstSettings = Field(default_factory=BurstSettings)
+    baseline: dict[str, Any] = Field(default_factory=dict)
+    variables: dict[str, list[Any]] = Field(default_factory=dict)
+    accuracy: AccuracyGate = Field(default_factory=AccuracyGate)
+    decision: DecisionRule = Field(default_factory=DecisionRule)
+    output_dir: Optional[str] = None
+
+    @property
+    def baseline_knobs(self) -> dict[str, Any]:
+        return knobs.effective(self.baseline)
+
+    def accuracy_samples(self) -> int:
+        if self.accuracy.samples:
+            return self.accuracy.samples
+        return int(self.baseline_knobs["batch_size"]) * self.burst.steps * self.burst.repeats
+
+
+def _format_pydantic(err: ValidationError) -> list[str]:
+    lines = []
+    for e in err.errors():
+        path = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{path}: unknown field")
+            continue
+        if e["type"] == "missing":
+            lines.append(f"{path}: required field is missing")
+            continue
+        lines.append(f"{path}: {e['msg']} (got {e['input']!r})")
+    return lines
+
+
+def _check_knob_values(plan_dict: dict) -> list[str]:
+    problems: list[str] = []
+    baseline = plan_dict.get("baseline") or {}
+    variables = plan_dict.get("variables") or {}
+    if isinstance(baseline, dict):
+        for name, value in baseline.items():
+            problems += _check_one(f"baseline.{name}", name, value)
+    if isinstance(variables, dict):
+        effective_base = knobs.effective({k: v for k, v in baseline.items() if k in knobs.KNOBS}) if isinstance(
+            baseline, dict) else knobs.defaults()
+        for name, values in variables.items():
+            if name not in knobs.KNOBS:
+                problems += _check_one(f"variables.{name}", name, None)
+                continue
+            if not isinstance(values, list) or not values:
+                problems.append(f"variables.{name}: expected a non-empty list of values (got {values!r})")
+                continue
+            for i, value in enumerate(values):
+                msg = _check_one(f"variables.{name}[{i}]", name, value)
+                if msg:
+                    problems += msg
+                elif value == effective_base[name]:
+                    problems.append(
+                        f"variables.{name}[{i}]: {value!r} repeats the baseline value; a variable must change something"
+                    )
+            if len(set(map(repr, values))) != len(values):
+                problems.append(f"variables.{name}: values repeat ({values!r})")
+        problems += _check_combinations(effective_base, variables)
+    return problems
+
+
+def _check_one(path: str, name: str, value: Any) -> list[str]:
+    knob = knobs.KNOBS.get(name)
+    if knob is None:
+        close = [k for k in knobs.KNOBS if k.startswith(name[:4])] if len(name) >= 4 else []
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return [f"{path}: unknown knob {name!r}{hint} (allowed: {', '.join(sorted(knobs.KNOBS))})"]
+    why = knob.check(value)
+    return [f"{path}: {value!r} is not allowed ({why})"] if why else []
+
+
+def _check_combinations(base: dict, variables: dict) -> list[str]:
+    """Cross-knob rules that hold for every one-at-a-time trial."""
+    problems = []
+    batches = [base["batch_size"]] + [v for v in variables.get("batch_size", []) if isinstance(v, int)]
+    accums = [base["grad_accum_steps"]] + [v for v in variables.get("grad_accum_steps", []) if isinstance(v, int)]
+    for b in batches:
+        for k in accums:
+            if isinstance(b, int) and isinstance(k, int) and k > 0 and b % k:
+                problems.append(
+                    f"grad_accum_steps: {k} does not divide batch_size {b} (micro-batches must be equal)"
+                )
+    return problems
+
+
+def _normalize_knobs(data: dict) -> dict:
+    data = dict(data)
+    if isinstance(data.get("baseline"), dict):
+        data["baseline"] = {k: knobs.KNOBS[k].normalize(v) if k in knobs.KNOBS else v
+                            for k, v in data["baseline"].items()}
+    if isinstance(data.get("variables"), dict):
+        data["variables"] = {
+            k: [knobs.KNOBS[k].normalize(v) for v in vs] if k in knobs.KNOBS and isinstance(vs, list) else vs
+            for k, vs in data["variables"].items()
+        }
+    return data
+
+
+def parse_plan(data: Any, source: str = "plan") -> Plan:
+    if not isinstance(data, dict):
+        raise PlanError([f"(top level): expected a mapping of fields, got {type(data).__name__}"], source)
+    data = _normalize_knobs(data)
+    problems = _check_knob_values(data)
+    if isinstance(data.get("workload"), str):
+        why = check_reference(data["workload"])
+        if why:
+            problems.append(f"workload: {why}")
+    try:
+        plan = Plan.model_validate(data)
+    except ValidationError as err:
+        problems = _format_pydantic(err) + problems
+        raise PlanError(problems, source) from None
+    if problems:
+        raise PlanError(problems, source)
+    return plan
+
+
+def load_plan(path: str | Path) -> Plan:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such plan file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read the plan ({exc.__class__.__name__}: {exc})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"{path}: not valid YAML{where}: {problem}") from None
+    if data is None:
+        raise UserError(f"{path}: the plan is empty; it needs at least 'name' and 'workload'")
+    return parse_plan(data, str(path))
+
+
+def parse_set_options(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """``--set knob=value`` pairs (values parsed as YAML scalars), checked against the registry."""
+    out: dict[str, Any] = {}
+    problems = []
+    for pair in pairs:
+        if "=" not in pair:
+            problems.append(f"--set {pair}: expected knob=value")
+            continue
+        name, _, raw = pair.partition("=")
+        value = yaml.safe_load(raw) if raw.strip() else None
+        if name.strip() in knobs.KNOBS:
+            value = knobs.KNOBS[name.strip()].normalize(value)
+        msg = _check_one(f"--set {name}", name.strip(), value)
+        if msg:
+            problems += msg
+        else:
+            out[name.strip()] = value
+    if problems:
+        raise PlanError(problems, "--set")
+    return out
+
+
+SLUG = re.compile(r"[^A-Za-z0-9_.-]+")

@@ -1,0 +1,131 @@
+"""The two ways of writing a training step that the ``train_step`` knob compares.
+
+Both return ``(loss, grad_norm)`` and implement the same maths: optional gradient accumulation over equal
+micro-batches of the batch, loss scaling (none / static / dynamic, skipping the update on overflow), and the global
+gradient norm for the accuracy gate.  The ``cell`` form is a ``nn.Cell`` compiled as a whole (the
+``TrainOneStepCell`` style); the ``function`` form is an ``ms.jit`` function around ``value_and_grad`` and the
+optimizer.  On CPU the two are 2-4x apart (see ``../shared/mindspore-notes.md``), which is why it is a knob.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mindspore as ms
+from mindspore import amp, nn, ops
+
+STATIC_LOSS_SCALE = 1024.0
+
+
+class NetWithLoss(nn.Cell):
+    """``loss_fn(network(*inputs), label)`` with the label as the last column."""
+
+    def __init__(self, network, loss_fn):
+        super().__init__(auto_prefix=False)
+        self.network = network
+        self.loss_fn = loss_fn
+
+    def construct(self, *batch):
+        return self.loss_fn(self.network(*batch[:-1]), batch[-1])
+
+
+def make_scaler(loss_scale: str):
+    if loss_scale == "dynamic":
+        return amp.DynamicLossScaler(scale_value=2.0**16, scale_factor=2, scale_window=50)
+    if loss_scale == "static":
+        return amp.StaticLossScaler(STATIC_LOSS_SCALE)
+    return amp.StaticLossScaler(1.0)
+
+
+def _global_norm(grads):
+    return ops.sqrt(ops.addn([ops.reduce_sum(ops.square(g.astype(ms.float32))) for g in grads]))
+
+
+class CellTrainStep(nn.Cell):
+    """The whole step in one compiled Cell."""
+
+    def __init__(self, net_with_loss, optimizer, scaler, accum_steps: int):
+        super().__init__(auto_prefix=False)
+        self.net_with_loss = net_with_loss
+        self.optimizer = optimizer
+        self.weights = optimizer.parameters
+        self.scaler = scaler
+        self.accum_steps = accum_steps
+        self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
+        self.hyper_map = ops.HyperMap()
+
+    def construct(self, *batch):
+        micro = batch[0].shape[0] // self.accum_steps
+        loss = None
+        grads = None
+        for i in range(self.accum_steps):
+            part = ()
+            for column in batch:
+                part = part + (column[i * micro:(i + 1) * micro],)
+            part_loss = self.net_with_loss(*part)
+            sens = ops.ones_like(part_loss) * self.scaler.scale_value.astype(part_loss.dtype)
+            part_grads = self.grad(self.net_with_loss, self.weights)(*part, sens)
+            if grads is None:
+                grads = part_grads
+                loss = part_loss
+            else:
+                grads = self.hyper_map(ops.add, grads, part_grads)
+                loss = loss + part_loss
+        if self.accum_steps > 1:
+            loss = loss / self.accum_steps
+            grads = self.hyper_map(ops.partial(ops.mul, 1.0 / self.accum_steps), grads)
+        grads = self.scaler.unscale(grads)
+        finite = amp.all_finite(grads)
+        self.scaler.adjust(finite)
+        grad_norm = _global_norm(grads)
+        if finite:
+            self.optimizer(grads)
+        return loss, grad_norm
+
+
+def function_train_step(net_with_loss, optimizer, scaler, accum_steps: int, graph: bool, jit_level: str):
+    """The same step as a function; compiled with ``ms.jit`` in graph mode, eager in PyNative."""
+    weights = optimizer.parameters
+
+    def scaled_loss(*batch):
+        loss = net_with_loss(*batch)
+        return scaler.scale(loss), loss
+
+    grad_fn = ms.value_and_grad(scaled_loss, None, weights, has_aux=True)
+
+    def step(*batch):
+        micro = batch[0].shape[0] // accum_steps
+        loss = None
+        grads = None
+        for i in range(accum_steps):
+            part = tuple(column[i * micro:(i + 1) * micro] for column in batch)
+            (_, part_loss), part_grads = grad_fn(*part)
+            if grads is None:
+                grads, loss = part_grads, part_loss
+            else:
+                grads = tuple(a + b for a, b in zip(grads, part_grads))
+                loss = loss + part_loss
+        if accum_steps > 1:
+            loss = loss / accum_steps
+            grads = tuple(g / accum_steps for g in grads)
+        grads = scaler.unscale(grads)
+        finite = amp.all_finite(grads)
+        scaler.adjust(finite)
+        grad_norm = _global_norm(grads)
+        if finite:
+            optimizer(grads)
+        return loss, grad_norm
+
+    return ms.jit(step, jit_level=jit_level) if graph else step
+
+
+def build_train_step(form: str, net_with_loss, optimizer, loss_scale: str, accum_steps: int, graph: bool,
+                     jit_level: str) -> Any:
+    scaler = make_scaler(loss_scale)
+    if form == "function":
+        return function_train_step(net_with_loss, optimizer, scaler, accum_steps, graph, jit_level)
+    step = CellTrainStep(net_with_loss, optimizer, scaler, accum_steps)
+    step.set_train()
+    if graph:
+        step.set_jit_config(ms.JitConfig(jit_level=jit_level))
+    return step

@@ -1,0 +1,59 @@
+"""Shared fixtures: small REAL sweeps, run once per test session and shared by every test that reads results.
+
+Bursts are real MindSpore processes (a few seconds each), so the fixtures keep workloads tiny and reuse results.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+#: a small, fast MLP: bursts of a few seconds
+TINY_MLP = {"in_dim": 64, "hidden": 128, "layers": 2, "classes": 8, "train_samples": 1024, "val_samples": 128}
+TINY_BURST = {"warmup_steps": 1, "steps": 8, "repeats": 2, "profile_steps": 2, "timeout_s": 120}
+
+
+def write_plan(folder: Path, **fields) -> Path:
+    plan = {
+        "name": "t",
+        "workload": "mlp",
+        "workload_params": dict(TINY_MLP),
+        "burst": dict(TINY_BURST),
+        "baseline": {"batch_size": 32, "mode": "graph", "prefetch_size": 2},
+        "decision": {"baseline_runs": 2},
+    }
+    plan.update(fields)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{plan['name']}.yaml"
+    path.write_text(yaml.safe_dump(plan, sort_keys=False))
+    return path
+
+
+def run_sweep_cli(plan_path: Path, out: Path, *extra: str):
+    from click.testing import CliRunner
+
+    from perftune.cli import main
+
+    runner = CliRunner()
+    return runner.invoke(main, ["sweep", str(plan_path), "--out", str(out), "--no-progress", *extra],
+                         catch_exceptions=False)
+
+
+@pytest.fixture(scope="session")
+def quick_sweep(tmp_path_factory) -> Path:
+    """A real sweep: graph baseline (2 runs); pynative must come out slower, 2 data workers measured.
+
+    Returns the sweep's output folder (results.json, trials/, ablation.*, report.html).
+    """
+    folder = tmp_path_factory.mktemp("quick_sweep")
+    plan = write_plan(folder, name="quick", variables={"mode": ["pynative"], "num_parallel_workers": [2]})
+    out = folder / "out"
+    result = run_sweep_cli(plan, out)
+    assert result.exit_code == 0, result.output
+    return out

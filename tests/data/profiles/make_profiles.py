@@ -1,0 +1,468 @@
+"""Generate the profiler fixtures under tests/data/profiles/<scenario>/ from real MindSpore runs.
+
+    .venv/bin/python tests/data/profiles/make_profiles.py all            # every scenario (about a minute on 2 cores)
+    .venv/bin/python tests/data/profiles/make_profiles.py mlp_graph      # one scenario
+
+Scenarios:
+  mlp_graph      an MLP trained in GRAPH mode, a few profiled steps
+  mlp_pynative   the same in PYNATIVE mode
+  dp2_allreduce  two data-parallel workers under msrun (CPU collectives), both ranks profiled
+  ascend_layout  written by hand from the documented Ascend columns (profiler-layouts.md): NOT real output
+
+Each training scenario runs in a fresh process (MindSpore's context is process-global), trains with the same
+TrainStep cell form as perftune's burst, times every step the way a burst does (perf_counter around
+``next(iterator)`` and around the step including ``loss.asnumpy()``), profiles a few steps with
+``perftune.profiling.ProfilerSession`` and keeps only the files the parser reads.  The measured step times go to
+``expected.json`` next to the profile, which the tests check the splits against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+sys.path.insert(0, str(REPO))
+
+#: files of a CPU profile the parser reads; everything else is pruned from the fixture
+KEEP_CPU = (
+    "FRAMEWORK/cpu_op_detail_info_{rank}.csv",
+    "FRAMEWORK/cpu_op_execute_timestamp_{rank}.txt",
+    "FRAMEWORK/cpu_ms_memory_record_{rank}.txt",
+    "ASCEND_PROFILER_OUTPUT/trace_view.json",
+)
+MAX_FILE_BYTES = 300_000
+
+SCENARIOS = {
+    "mlp_graph": dict(mode="graph", profiled_steps=8),
+    "mlp_pynative": dict(mode="pynative", profiled_steps=4),
+    "dp2_allreduce": dict(mode="graph", profiled_steps=6, workers=2),
+}
+BATCH, IN_DIM, HIDDEN, CLASSES = 64, 256, 512, 16
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The worker: one training process (or one msrun rank)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def worker(args: argparse.Namespace) -> None:
+    import numpy as np
+    import mindspore as ms
+    import mindspore.dataset as ds
+    from mindspore import nn, ops
+
+    from perftune.profiling import ProfilerSession
+
+    ms.set_device("CPU")
+    ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
+    # Under NumPy 2 the first eager op fails once (NumPy 1.x module warning turned SystemError); absorb it here
+    try:
+        (ms.Tensor(np.ones(1, np.float32)) + 1).asnumpy()
+    except SystemError:
+        pass
+    (ms.Tensor(np.ones(1, np.float32)) + 1).asnumpy()
+
+    rank, group = 0, 1
+    if args.workers > 1:
+        from mindspore.communication import get_group_size, get_rank, init
+
+        init()
+        rank, group = get_rank(), get_group_size()
+        ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
+    ms.set_seed(0)
+
+    class MLP(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Dense(IN_DIM, HIDDEN)
+            self.fc2 = nn.Dense(HIDDEN, HIDDEN)
+            self.fc3 = nn.Dense(HIDDEN, CLASSES)
+            self.relu = nn.ReLU()
+
+        def construct(self, x):
+            return self.fc3(self.relu(self.fc2(self.relu(self.fc1(x)))))
+
+    class NetWithLoss(nn.Cell):
+        def __init__(self, network, loss):
+            super().__init__(auto_prefix=False)
+            self.network = network
+            self.loss = loss
+
+        def construct(self, x, y):
+            return self.loss(self.network(x), y.reshape(-1))
+
+    class TrainStep(nn.Cell):  # the burst's form: auto_prefix=False, returns (loss, grad_norm)
+        def __init__(self, net_with_loss, optimizer):
+            super().__init__(auto_prefix=False)
+            self.net_with_loss = net_with_loss
+            self.optimizer = optimizer
+            self.weights = optimizer.parameters
+            self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
+
+        def construct(self, x, y):
+            loss = self.net_with_loss(x, y)
+            grads = self.grad(self.net_with_loss, self.weights)(x, y, ops.ones_like(loss))
+            gnorm = ops.sqrt(ops.addn([ops.reduce_sum(ops.square(g)) for g in grads]))
+            self.optimizer(grads)
+            return loss, gnorm
+
+    class DPTrainStep(TrainStep):  # + the gradient AllReduce of data parallelism
+        def __init__(self, net_with_loss, optimizer, degree):
+            super().__init__(net_with_loss, optimizer)
+            self.grad_reducer = nn.DistributedGradReducer(self.weights, mean=True, degree=degree)
+
+        def construct(self, x, y):
+            loss = self.net_with_loss(x, y)
+            grads = self.grad(self.net_with_loss, self.weights)(x, y, ops.ones_like(loss))
+            grads = self.grad_reducer(grads)
+            gnorm = ops.sqrt(ops.addn([ops.reduce_sum(ops.square(g)) for g in grads]))
+            self.optimizer(grads)
+            return loss, gnorm
+
+    rng = np.random.default_rng(0)
+    n = BATCH * 64
+    x = rng.standard_normal((n, IN_DIM), dtype=np.float32)
+    y = rng.integers(0, CLASSES, size=(n, 1)).astype(np.int32)  # (N, 1): NumPy 2 refuses 1-D columns
+    data = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False, num_shards=group if group > 1 else None,
+                                 shard_id=rank if group > 1 else None)
+    data = data.batch(BATCH, drop_remainder=True).repeat()
+    it = data.create_tuple_iterator(output_numpy=False)
+
+    net = MLP()
+    opt = nn.Adam(net.trainable_params(), learning_rate=1e-3)
+    wl = NetWithLoss(net, nn.CrossEntropyLoss())
+    step = DPTrainStep(wl, opt, group) if group > 1 else TrainStep(wl, opt)
+    step.set_train()
+
+    def timed(k: int) -> tuple[list, list, list]:
+        steps, waits, losses = [], [], []
+        for _ in range(k):
+            t0 = time.perf_counter()
+            xb, yb = next(it)
+            t1 = time.perf_counter()
+            loss, _gnorm = step(xb, yb)
+            losses.append(float(loss.asnumpy()))
+            t2 = time.perf_counter()
+            steps.append((t2 - t0) * 1e3)
+            waits.append((t1 - t0) * 1e3)
+        return steps, waits, losses
+
+    t = time.perf_counter()
+    timed(1)
+    compile_ms = (time.perf_counter() - t) * 1e3
+    timed(20)  # warm-up: also drains the batches prefetched during compile
+    before, _, _ = timed(args.unprofiled_steps)
+    session = ProfilerSession(Path(args.out), profile_memory=True)
+    session.start()
+    prof_steps, prof_waits, losses = timed(args.profiled_steps)
+    analyse_s = session.stop_and_analyse()
+    after, _, _ = timed(args.unprofiled_steps)
+    timing = {
+        "rank": rank,
+        "profile_root": session.root.name,
+        "profiled_steps": args.profiled_steps,
+        "step_ms": statistics.fmean(prof_steps),
+        "data_wait_ms": statistics.fmean(prof_waits),
+        "profiled_step_ms_list": prof_steps,
+        "profiled_data_wait_ms_list": prof_waits,
+        "unprofiled_step_ms_median": statistics.median(before + after),
+        "unprofiled_step_ms_mean": statistics.fmean(before + after),
+        "unprofiled_steps": len(before + after),
+        "analyse_s": analyse_s,
+        "compile_ms": compile_ms,
+        "losses": losses,
+    }
+    Path(args.timing.format(rank=rank)).write_text(json.dumps(timing, indent=1))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The driver
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # msrun starts `python`
+    env["PYTHONPATH"] = f"{REPO}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    env.setdefault("GLOG_v", "3")  # MindSpore's C++ warnings off; errors still show
+    return env
+
+
+def _prune_into(root: Path, dest: Path, rank: int) -> list[str]:
+    """Copy only the files the parser reads; report what was dropped and why."""
+    dropped = []
+    for rel in KEEP_CPU:
+        src = root / rel.format(rank=rank)
+        if not src.is_file():
+            dropped.append(f"{rel.format(rank=rank)} (not written)")
+            continue
+        if src.stat().st_size > MAX_FILE_BYTES:
+            dropped.append(f"{rel.format(rank=rank)} ({src.stat().st_size} bytes, over {MAX_FILE_BYTES})")
+            continue
+        out = dest / root.name / rel.format(rank=rank)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, out)
+    return dropped
+
+
+def run_scenario(name: str) -> None:
+    from perftune.profiling import compute_splits, load_profile, top_ops
+
+    cfg = SCENARIOS[name]
+    workers = cfg.get("workers", 1)
+    dest = HERE / name
+    with tempfile.TemporaryDirectory(prefix=f"perftune_{name}_") as tmp:
+        tmp = Path(tmp)
+        prof_dir = tmp / "profile"
+        worker_args = [
+            str(Path(__file__).resolve()), "--as-worker", "--run-mode", cfg["mode"], "--nsteps",
+            str(cfg["profiled_steps"]), "--nworkers", str(workers), "--outdir", str(prof_dir),
+        ]
+        if workers == 1:
+            cmd = [sys.executable, *worker_args, "--timing-file", str(tmp / "timing_rank0.json")]
+        else:
+            cmd = [
+                "msrun", f"--worker_num={workers}", f"--local_worker_num={workers}",
+                f"--master_port={_free_port()}", f"--log_dir={tmp / 'msrun_logs'}", "--join=True",
+                *worker_args, "--timing-file", str(tmp / "timing_rank{rank}.json"),
+            ]
+        print(f"[{name}] {' '.join(cmd)}", flush=True)
+        t = time.perf_counter()
+        proc = subprocess.run(cmd, env=_env(), cwd=tmp, capture_output=True, text=True)
+        wall = time.perf_counter() - t
+        if proc.returncode != 0:
+            logs = "".join(p.read_text()[-3000:] for p in sorted((tmp / "msrun_logs").glob("*.log"))) if workers > 1 else ""
+            sys.exit(f"[{name}] failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}\n{logs}")
+        timings = {}
+        for r in range(workers):
+            timings[r] = json.loads((tmp / f"timing_rank{r}.json").read_text())
+        if dest.exists():
+            shutil.rmtree(dest)
+        dest.mkdir(parents=True)
+        dropped = {}
+        for r, tm in timings.items():
+            dropped[r] = _prune_into(prof_dir / tm["profile_root"], dest, r)
+
+    steps = cfg["profiled_steps"]
+    shown_cmd = " ".join(cmd).replace(str(tmp), "<tmp>").replace(sys.executable, ".venv/bin/python")
+    shown_cmd = shown_cmd.replace(str(Path(__file__).resolve()), "tests/data/profiles/make_profiles.py")
+    shown_cmd = re.sub(r"--master_port=\d+", "--master_port=<free port>", shown_cmd)
+    expected = {
+        "scenario": name,
+        "mode": cfg["mode"],
+        "workers": workers,
+        "profiled_steps": steps,
+        "step_ms": timings[0]["step_ms"],
+        "data_wait_ms": timings[0]["data_wait_ms"],
+        "ranks": {str(r): tm for r, tm in timings.items()},
+        "mindspore_version": _ms_version(),
+        "generated_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "wall_s": wall,
+        "command": f".venv/bin/python tests/data/profiles/make_profiles.py {name}",
+        "worker_command": shown_cmd,
+    }
+    (dest / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
+
+    lines = []
+    for r, tm in timings.items():
+        prof = load_profile(dest / tm["profile_root"], rank=r)
+        sp = compute_splits(prof, steps, tm["step_ms"], tm["data_wait_ms"])
+        shares = sp.shares()
+        lines.append(f"\nRank {r} (`{tm['profile_root']}`): profiled step {tm['step_ms']:.3f} ms (data wait "
+                     f"{tm['data_wait_ms']:.3f} ms) over {steps} steps; unprofiled median "
+                     f"{tm['unprofiled_step_ms_median']:.3f} ms over {tm['unprofiled_steps']} steps; analyse "
+                     f"{tm['analyse_s']:.2f} s; allocator peak {prof.peak_allocated_bytes} bytes.\n")
+        lines.append("| phase | ms/step | share |\n|---|---:|---:|")
+        for p in ("data", "forward", "backward", "optimizer", "communication", "other"):
+            lines.append(f"| {p} | {getattr(sp, p + '_ms'):.3f} | {shares[p]:.1%} |")
+        lines.append(f"| **step** | {sp.step_ms:.3f} | explained {sp.explained_share:.1%} |")
+        lines.append(f"\nstep_source: {sp.step_source}\n")
+        lines.append("Top ops: " + "; ".join(f"`{o.name}` {o.phase} {o.total_ms / steps:.3f} ms/step"
+                                            for o in top_ops(prof, 5)))
+        if dropped[r]:
+            lines.append(f"\nNot kept: {', '.join(dropped[r])}.")
+    readme = f"""# {name}: real MindSpore {_ms_version()} CPU profiler output
+
+Produced by (from the repository root, on a 2-core CPU machine):
+
+    .venv/bin/python tests/data/profiles/make_profiles.py {name}
+
+which ran {'msrun with ' + str(workers) + ' workers: ' if workers > 1 else 'in a fresh process: '}`{shown_cmd}`
+(an MLP {IN_DIM}-{HIDDEN}-{HIDDEN}-{CLASSES}, batch {BATCH}, Adam, {cfg['mode'].upper()} mode, the burst's TrainStep cell
+form{', DATA_PARALLEL with gradients_mean and nn.DistributedGradReducer' if workers > 1 else ''}; 1 compile + 20
+warm-up steps, unprofiled steps before and after, then {steps} profiled steps with `ProfilerSession`).
+
+`expected.json` holds the step times the generating process measured itself for the profiled steps (per rank under
+`ranks`): the splits must add up to `step_ms`, which includes `data_wait_ms`.  Only the files the parser reads are
+kept (op table, per-launch timestamps, memory record, trace_view.json where under {MAX_FILE_BYTES // 1000} KB).
+
+Splits as parsed when the fixture was made:
+""" + "\n".join(lines) + "\n"
+    (dest / "README.md").write_text(readme)
+    print(f"[{name}] written to {dest} ({wall:.1f} s)")
+
+
+def _ms_version() -> str:
+    from importlib.metadata import version
+
+    return version("mindspore")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The hand-built Ascend layout
+# ---------------------------------------------------------------------------------------------------------------
+
+ASCEND_ROOT = "ascendhost_4242_20260101120000000_ascend_ms"
+ASCEND_STEPS = 3
+#: (scope, op type, duration µs, accelerator core); one launch of each per step
+ASCEND_KERNELS = [
+    ("Default/network-WithLossCell/_backbone-MLP/fc1-Dense/MatMul-op0", "MatMul", 120.0, "AI_CORE"),
+    ("Default/network-WithLossCell/_backbone-MLP/fc1-Dense/BiasAdd-op0", "BiasAdd", 10.0, "AI_VECTOR_CORE"),
+    ("Default/network-WithLossCell/_backbone-MLP/relu-ReLU/ReLU-op0", "ReLU", 8.0, "AI_VECTOR_CORE"),
+    ("Default/network-WithLossCell/_backbone-MLP/fc2-Dense/MatMul-op1", "MatMul", 40.0, "AI_CORE"),
+    ("Default/network-WithLossCell/_loss_fn-CrossEntropyLoss/SoftmaxCrossEntropyWithLogits-op0",
+     "SoftmaxCrossEntropyWithLogits", 22.0, "AI_VECTOR_CORE"),
+    ("Gradients/Default/network-WithLossCell/_backbone-MLP/fc2-Dense/Grad_MatMul/MatMul-op2", "MatMul", 45.0, "AI_CORE"),
+    ("Gradients/Default/network-WithLossCell/_backbone-MLP/fc2-Dense/Grad_MatMul/MatMul-op3", "MatMul", 44.0, "AI_CORE"),
+    ("Gradients/Default/network-WithLossCell/_backbone-MLP/relu-ReLU/Grad_ReLU/ReluGrad-op0", "ReluGrad", 9.0,
+     "AI_VECTOR_CORE"),
+    ("Gradients/Default/network-WithLossCell/_backbone-MLP/fc1-Dense/Grad_MatMul/MatMul-op4", "MatMul", 125.0, "AI_CORE"),
+    ("Gradients/Default/network-WithLossCell/_backbone-MLP/fc1-Dense/Grad_BiasAdd/BiasAddGrad-op0", "BiasAddGrad",
+     12.0, "AI_VECTOR_CORE"),
+    ("hcom_allReduce__428_0_1", "hcom_allReduce_", 150.0, "HCCL"),
+    ("Default/optimizer-Adam/Adam-op0", "Adam", 30.0, "AI_VECTOR_CORE"),
+    ("Default/optimizer-Adam/Adam-op1", "Adam", 6.0, "AI_VECTOR_CORE"),
+    ("Default/optimizer-Adam/AssignAdd-op0", "AssignAdd", 2.0, "AI_VECTOR_CORE"),
+]
+ASCEND_OVERLAP_US = 90.0  # of the AllReduce's 150 µs, this much runs under the backward MatMul of fc1
+ASCEND_FREE_US = 60.0  # device idle per step (host launch gaps)
+ASCEND_PREPARING_US = 35.0
+ASCEND_DATA_WAIT_MS = 0.05  # host-measured time waiting for the batch (the burst's measure)
+
+
+def make_ascend_layout() -> None:
+    dest = HERE / "ascend_layout"
+    if dest.exists():
+        shutil.rmtree(dest)
+    out = dest / ASCEND_ROOT / "ASCEND_PROFILER_OUTPUT"
+    out.mkdir(parents=True)
+    (dest / ASCEND_ROOT / "profiler_info_0.json").write_text(
+        json.dumps({"rank_id": 0, "device_id": 0, "note": "hand-built fixture, not real output"}) + "\n"
+    )
+    # kernel_details.csv: one launch per kernel per step, back to back except the AllReduce, which overlaps
+    header = ["Step Id", "Model ID", "Task ID", "Stream ID", "Name", "Type", "OP State", "Accelerator Core",
+              "Start Time(us)", "Duration(us)", "Wait Time(us)", "Block Dim", "Mix Block Dim"]
+    rows = []
+    compute_us = sum(d for _, t, d, _ in ASCEND_KERNELS if not t.startswith("hcom"))
+    comm_us = sum(d for _, t, d, _ in ASCEND_KERNELS if t.startswith("hcom"))
+    step_len = compute_us + (comm_us - ASCEND_OVERLAP_US) + ASCEND_FREE_US
+    t0 = 1_767_268_800_000_000.0
+    task = 1
+    trace = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "Ascend Hardware"}}]
+    for step in range(1, ASCEND_STEPS + 1):
+        t = t0 + (step - 1) * step_len + ASCEND_FREE_US
+        for name, typ, dur, core in ASCEND_KERNELS:
+            start = t - ASCEND_OVERLAP_US if typ.startswith("hcom") else t
+            rows.append([step, 1, task, 2 if typ.startswith("hcom") else 1, name, typ, "dynamic", core,
+                         f"{start:.3f}", f"{dur:.3f}", "0.0", 8, 0])
+            trace.append({"ph": "X", "name": name, "pid": 1, "tid": 2 if typ.startswith("hcom") else 1,
+                          "ts": f"{start:.3f}", "dur": f"{dur:.3f}", "args": {"Type": typ}})
+            task += 1
+            if not typ.startswith("hcom"):
+                t += dur
+            else:
+                t = start + dur
+    bom = "\ufeff"
+    with open(out / "kernel_details.csv", "w", encoding="utf-8", newline="") as f:
+        f.write(bom + ",".join(header) + "\r\n")
+        for r in rows:
+            f.write(",".join(str(v) for v in r) + "\r\n")
+    st_header = ["Device_id", "Step", "Computing", "Communication(Not Overlapped)", "Overlapped", "Communication",
+                 "Free", "Stage", "Bubble", "Communication(Not Overlapped and Exclude Receive)", "Preparing"]
+    with open(out / "step_trace_time.csv", "w", encoding="utf-8", newline="") as f:
+        f.write(bom + ",".join(st_header) + "\r\n")
+        for step in range(1, ASCEND_STEPS + 1):
+            f.write(",".join(str(v) for v in [
+                0, step, compute_us, comm_us - ASCEND_OVERLAP_US, ASCEND_OVERLAP_US, comm_us, ASCEND_FREE_US,
+                comm_us, 0.0, comm_us - ASCEND_OVERLAP_US, ASCEND_PREPARING_US]) + "\r\n")
+    (out / "trace_view.json").write_text(json.dumps(trace))
+    step_ms = (step_len + ASCEND_PREPARING_US) / 1000.0 + ASCEND_DATA_WAIT_MS
+    expected = {
+        "scenario": "ascend_layout",
+        "real_output": False,
+        "profiled_steps": ASCEND_STEPS,
+        "step_ms": step_ms,
+        "data_wait_ms": ASCEND_DATA_WAIT_MS,
+        "device_computing_us": compute_us,
+        "device_communication_not_overlapped_us": comm_us - ASCEND_OVERLAP_US,
+        "device_free_us": ASCEND_FREE_US,
+        "note": "step_ms is chosen, not measured: device step (Computing + Communication(Not Overlapped) + Free) "
+                "+ Preparing + the host's data wait",
+    }
+    (dest / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
+    (dest / "README.md").write_text(f"""# ascend_layout: HAND-BUILT, not real profiler output
+
+The Ascend layout cannot be produced on these CPU-only machines.  This folder was written by
+
+    .venv/bin/python tests/data/profiles/make_profiles.py ascend_layout
+
+from the columns documented in `/work/shared/profiler-layouts.md` (MindSpore 2.x docs and source): a
+`{ASCEND_ROOT}/` root with `profiler_info_0.json` and `ASCEND_PROFILER_OUTPUT/` holding `kernel_details.csv`
+(`Step Id, Model ID, Task ID, Stream ID, Name, Type, OP State, Accelerator Core, Start Time(us), Duration(us),
+Wait Time(us), Block Dim, Mix Block Dim`), `step_trace_time.csv` (`Device_id` first, then `Step, Computing,
+Communication(Not Overlapped), Overlapped, Communication, Free, Stage, Bubble, Communication(Not Overlapped and
+Exclude Receive), Preparing`, µs) and a small `trace_view.json`.  Both CSVs start with a UTF-8 BOM and use CRLF, as
+files written on Windows-facing tools do, to check that the parser strips it.
+
+The numbers are made up but consistent: {ASCEND_STEPS} steps of a 2-layer MLP with one fused gradient AllReduce
+(`hcom_allReduce_`, {comm_us:.0f} µs, of which {ASCEND_OVERLAP_US:.0f} µs overlap the backward), Computing
+{compute_us:.0f} µs, Communication(Not Overlapped) {comm_us - ASCEND_OVERLAP_US:.0f} µs, Free {ASCEND_FREE_US:.0f} µs,
+Preparing {ASCEND_PREPARING_US:.0f} µs per step.  `expected.json` gives the step time the splits must add up to:
+{step_ms:.3f} ms = device step + Preparing + a host data wait of {ASCEND_DATA_WAIT_MS} ms.
+""")
+    print(f"[ascend_layout] written to {dest}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("scenario", nargs="?", default="all", choices=["all", *SCENARIOS, "ascend_layout"])
+    # worker options: named so that none is a prefix of an msrun option (msrun parses the script's options too)
+    ap.add_argument("--as-worker", dest="worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--run-mode", dest="mode", default="graph", help=argparse.SUPPRESS)
+    ap.add_argument("--nsteps", dest="profiled_steps", type=int, default=8, help=argparse.SUPPRESS)
+    ap.add_argument("--unprofiled", dest="unprofiled_steps", type=int, default=15, help=argparse.SUPPRESS)
+    ap.add_argument("--nworkers", dest="workers", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--outdir", dest="out", help=argparse.SUPPRESS)
+    ap.add_argument("--timing-file", dest="timing", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    names = [*SCENARIOS, "ascend_layout"] if args.scenario == "all" else [args.scenario]
+    for name in names:
+        if name == "ascend_layout":
+            make_ascend_layout()
+        else:
+            run_scenario(name)
+
+
+if __name__ == "__main__":
+    main()
