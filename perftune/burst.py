@@ -36,6 +36,7 @@ from perftune.records import (
     Environment,
     Memory,
     ProfileSummary,
+    RankSummary,
     StepRecord,
     TrialResult,
     TrialSpec,
@@ -43,6 +44,7 @@ from perftune.records import (
 )
 from perftune.store import write_json_atomic
 
+MSRUN_LOG_DIR = "msrun_logs"  # msrun's --log_dir inside the trial folder: worker_<rank>.log, scheduler.log
 LOSS_TAIL_STEPS = 5  # the training loss at N samples is the mean of this many last steps
 VAL_BATCH = 64  # the same validation batches for every trial, whatever its batch size
 
@@ -123,6 +125,50 @@ def apply_context(spec: TrialSpec) -> list[str]:
     return notes
 
 
+def read_back(k: dict, network, step_fn, dataset) -> dict[str, Any]:
+    """What MindSpore reports after the knobs were applied: the evidence that each one took effect."""
+    import mindspore as ms
+    import mindspore.dataset as ds
+    from mindspore._c_expression import RuntimeConf
+
+    ops_in_pipeline = []
+    node = dataset
+    while node is not None:
+        ops_in_pipeline.append(type(node).__name__)
+        node = node.children[0] if getattr(node, "children", None) else None
+    batch_op = next((n for n in _walk(dataset) if type(n).__name__ == "BatchDataset"), None)
+    map_op = next((n for n in _walk(dataset) if type(n).__name__ == "MapDataset"), None)
+    conf = RuntimeConf.get_instance()
+    jit = getattr(step_fn, "jit_config_dict", None) or {}
+    return {
+        "mode": "graph" if ms.get_context("mode") == ms.GRAPH_MODE else "pynative",
+        "jit_level": jit.get("jit_level") if jit else (k["jit_level"] if k["train_step"] == "function" else None),
+        "graph_kernel": bool(ms.get_context("enable_graph_kernel")),
+        "network_class": type(network).__name__,
+        "amp_level": k["amp_level"],
+        "recompute_cells": sorted(name for name, cell in network.cells_and_names()
+                                  if getattr(cell, "_recompute_cell", None) is not None),
+        "train_step": type(step_fn).__name__ if not callable(getattr(step_fn, "__wrapped__", None))
+        else "function",
+        "grad_accum_micro_batch": int(k["batch_size"]) // int(k["grad_accum_steps"]),
+        "loss_scaler": type(getattr(step_fn, "scaler", None)).__name__ if hasattr(step_fn, "scaler") else None,
+        "pipeline": " <- ".join(ops_in_pipeline),
+        "num_parallel_workers": getattr(batch_op, "num_parallel_workers", None),
+        "python_multiprocessing": getattr(map_op, "python_multiprocessing", None) if map_op else None,
+        "drop_remainder": getattr(batch_op, "drop_remainder", None),
+        "batch_size": batch_op.get_batch_size() if batch_op is not None else None,
+        "prefetch_size": ds.config.get_prefetch_size(),
+        "kernel_threads_configured": bool(conf.is_op_threads_num_configured()),
+        "dispatch_threads_configured": bool(conf.is_dispatch_threads_num_configured()),
+    }
+
+
+def _walk(node):
+    while node is not None:
+        yield node
+        node = node.children[0] if getattr(node, "children", None) else None
+
+
 def first_eager_op() -> None:
     """Under NumPy 2 the first eager op raises (see mindspore-notes.md); take that hit outside the step."""
     import mindspore as ms
@@ -144,6 +190,11 @@ class Burst:
         )
         self.samples_seen = 0
         self.learning_rate: Optional[float] = None
+        # distributed bursts (workers >= 2, under msrun): this process's rank and the world size
+        self.rank = 0
+        self.world = 1
+        self.steps_done = 0
+        self.kill_after: Optional[int] = None  # test-only fault injection, see init_distributed
 
     # -- set-up ---------------------------------------------------------------------------------------------
     def build(self) -> None:
@@ -157,6 +208,10 @@ class Burst:
 
         spec, k = self.spec, self.k
         self.result.notes += apply_context(spec)
+        if int(k.get("workers", 1)) >= 2:
+            self.result.notes += self.init_distributed()
+        else:
+            self.result.notes += single_process_notes(k)
         first_eager_op()
         ms.set_seed(spec.seed)
         np.random.seed(spec.seed)
@@ -169,9 +224,13 @@ class Burst:
         if k["amp_level"] != "O0":
             network = amp.auto_mixed_precision(network, k["amp_level"])
         if k["recompute"]:
-            if not workload.recompute_cells:
+            # after AMP: O1 rewrites the network into new cell objects, so look the cells up by name in the network
+            # that is actually trained (O2/O3 wrap it, hence the suffix match)
+            cells = [cell for name, cell in network.cells_and_names()
+                     if any(name == n or name.endswith("." + n) for n in workload.recompute_cell_names)]
+            if not cells:
                 raise KnobRefused(f"recompute=true: workload {workload.name!r} names no recompute cells")
-            for cell in workload.recompute_cells:
+            for cell in cells:
                 cell.recompute()
         self.network = network
         net_with_loss = NetWithLoss(network, workload.loss_fn)
@@ -179,29 +238,56 @@ class Burst:
         optimizer = workload.make_optimizer(network.trainable_params())
         self.learning_rate = _learning_rate(optimizer)
         graph = k["mode"] == "graph"
+        reducer = None
+        if self.world > 1 and k["parallel_mode"] == "data_parallel":
+            from perftune.train_step import make_grad_reducer
+
+            reducer = make_grad_reducer(optimizer, bool(k["gradients_mean"]), self.world)
+        # two instances of the same step over the same weights and optimizer: the accuracy phase's computes the
+        # gradient norm (for the gate), the timed one leaves it out (it would cost ~20% of a small step on CPU)
+        self.accuracy_step_fn = build_train_step(k["train_step"], net_with_loss, optimizer, k["loss_scale"],
+                                                 int(k["grad_accum_steps"]), graph, k["jit_level"], reducer)
         self.step_fn = build_train_step(k["train_step"], net_with_loss, optimizer, k["loss_scale"],
-                                        int(k["grad_accum_steps"]), graph, k["jit_level"])
+                                        int(k["grad_accum_steps"]), graph, k["jit_level"], reducer,
+                                        with_norm=False, scaler=self.accuracy_step_fn.scaler)
         self.result.parameter_count = int(sum(int(np.prod(p.shape)) for p in network.trainable_params()))
         self.result.samples_per_step = int(k["batch_size"])
         self.result.tokens_per_sample = workload.tokens_per_sample
         self.result.flops_per_sample = workload.flops_per_sample
         cache = Path(spec.cache_dir) if spec.cache_dir else self.dir / "cache"
         self.cache_dir = cache
-        dataset = build_dataset(workload, k, "train", cache)
+        if self.world > 1:  # batch_size is the global batch: each rank reads its shard, batch_size / world rows
+            dataset = build_dataset(workload, k, "train", cache, batch_size=int(k["batch_size"]) // self.world,
+                                    num_shards=self.world, shard_id=self.rank)
+        else:
+            dataset = build_dataset(workload, k, "train", cache)
         self.iterator = dataset.create_tuple_iterator(num_epochs=1, do_copy=False)
+        self.result.applied = read_back(k, network, self.step_fn, dataset)
+        if self.world > 1:
+            self.result.applied.update(distributed_read_back(self.rank, self.world, reducer is not None))
+        if workload.preprocess is None and k["python_multiprocessing"]:
+            self.result.notes.append("python_multiprocessing=true has no effect here: the workload has no Python "
+                                     "preprocessing map")
 
     # -- one step ---------------------------------------------------------------------------------------------
     def step(self, phase: str, window: Optional[int] = None) -> StepRecord:
+        if self.kill_after is not None and self.steps_done >= self.kill_after:
+            print(f"perftune: fault injection (PERFTUNE_TEST_KILL_RANK): rank {self.rank} exits with code 9 after "
+                  f"{self.steps_done} steps", file=sys.stderr, flush=True)
+            os._exit(9)
         t0 = time.perf_counter()
         batch = next(self.iterator)
         t1 = time.perf_counter()
-        loss, grad_norm = self.step_fn(*batch)
+        with_norm = phase == "accuracy"
+        loss, grad_norm = (self.accuracy_step_fn if with_norm else self.step_fn)(*batch)
         loss_value = float(loss.asnumpy())
         t2 = time.perf_counter()
-        self.samples_seen += int(batch[0].shape[0])
+        self.steps_done += 1
+        self.samples_seen += int(batch[0].shape[0]) * self.world  # global samples: every rank took its share
         return StepRecord(
             phase=phase, window=window, step_ms=(t2 - t0) * 1e3, data_wait_ms=(t1 - t0) * 1e3,
-            loss=_finite_or_none(loss_value), grad_norm=_finite_or_none(float(grad_norm.asnumpy())),
+            loss=_finite_or_none(loss_value),
+            grad_norm=_finite_or_none(float(grad_norm.asnumpy())) if with_norm else None,
             learning_rate=self.learning_rate, samples_seen=self.samples_seen,
         )
 
@@ -299,11 +385,15 @@ class Burst:
             summary.error = _one_line(exc)
             return
         self.result.steps += records
-        step_ms = float(np.mean([r.step_ms for r in records]))
-        data_ms = float(np.mean([r.data_wait_ms for r in records]))
-        summary.profiled_step_ms = step_ms
+        summary.profiled_step_ms = float(np.mean([r.step_ms for r in records]))
         if self.result.step_ms_median:
-            summary.overhead_ratio = step_ms / self.result.step_ms_median
+            summary.overhead_ratio = summary.profiled_step_ms / self.result.step_ms_median
+        # The splits divide the *unprofiled* timed step (the one throughput comes from): op time per step from the
+        # profiled steps, data waiting from the timed steps.  The profiled steps' own data wait is not
+        # representative: the pipeline refills its queue while the profiler starts.
+        timed = [r for r in self.result.steps if r.phase == "timed"]
+        step_ms = float(np.mean([r.step_ms for r in timed]))
+        data_ms = float(np.mean([r.data_wait_ms for r in timed]))
         try:
             data = profiling.load_profile(out)
             summary.layout = data.layout
@@ -316,6 +406,46 @@ class Burst:
             self.result.memory.allocator_peak_bytes = data.peak_allocated_bytes
         except Exception as exc:
             summary.error = _one_line(exc)
+
+    # -- distributed (workers >= 2, one process per rank under msrun) ------------------------------------------
+    def init_distributed(self) -> list[str]:
+        """``communication.init()`` and the parallel context; returns notes.  Called after the device is set."""
+        import mindspore as ms
+        from mindspore.communication import get_group_size, get_rank, init
+
+        k = self.k
+        init()
+        self.rank, self.world = int(get_rank()), int(get_group_size())
+        env_rank = os.environ.get("RANK_ID", "")
+        if env_rank.isdigit() and int(env_rank) != self.rank:
+            raise RuntimeError(f"msrun exported RANK_ID={env_rank} but communication.init() gave rank {self.rank}")
+        if self.world != int(k["workers"]):
+            raise RuntimeError(f"msrun started {self.world} ranks, the trial asks for workers={k['workers']}")
+        context = {"parallel_mode": k["parallel_mode"], "gradients_mean": bool(k["gradients_mean"])}
+        notes = []
+        if k["parallel_mode"] == "auto_parallel":
+            context["search_mode"] = k["search_mode"]
+        elif k["search_mode"] != knob_registry.KNOBS["search_mode"].default:
+            notes.append(f"search_mode={k['search_mode']} has no effect with parallel_mode={k['parallel_mode']} "
+                         "(only auto_parallel searches strategies)")
+        ms.set_auto_parallel_context(**context)
+        # test-only fault injection: PERFTUNE_TEST_KILL_RANK=r PERFTUNE_TEST_KILL_AFTER_STEPS=n makes rank r
+        # os._exit(9) before its step n+1 (tests/test_distributed.py checks the launcher's clean-up with it)
+        kill_rank = os.environ.get("PERFTUNE_TEST_KILL_RANK")
+        if kill_rank is not None and kill_rank.strip() == str(self.rank):
+            self.kill_after = int(os.environ.get("PERFTUNE_TEST_KILL_AFTER_STEPS", "0"))
+        return notes
+
+    def exchange_ranks(self) -> None:
+        """Every rank's summary to every rank (one collective), so each node's trial.json describes all ranks."""
+        mine = rank_summary(self.result, self.rank, self.dir)
+        self.result.world_size = self.world
+        try:
+            payloads = all_gather_bytes(mine.model_dump_json().encode(), self.rank, self.world)
+            self.result.ranks = [RankSummary.model_validate_json(p) for p in payloads]
+        except Exception as exc:  # noqa: BLE001 - the local figures still stand; the launcher says what is missing
+            self.result.notes.append(f"rank {self.rank}: could not exchange the rank summaries ({_one_line(exc)})")
+            self.result.ranks = [mine]
 
     def memory(self) -> None:
         self.result.memory.host_rss_peak_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -337,8 +467,85 @@ class Burst:
         self.profiled_phase()
         self.memory()
         self.result.status = "ok"
+        if self.world > 1:
+            self.exchange_ranks()
         self.result.wall_s = time.perf_counter() - started
         return self.result
+
+
+def single_process_notes(k: dict) -> list[str]:
+    """The distributed knobs set away from their defaults in a one-process burst (workers=1) change nothing."""
+    return [f"{name}={k[name]} has no effect with workers=1 (one process, no parallel context)"
+            for name in ("parallel_mode", "search_mode", "gradients_mean")
+            if name in k and k[name] != knob_registry.KNOBS[name].default]
+
+
+def distributed_read_back(rank: int, world: int, grad_reducer: bool) -> dict[str, Any]:
+    import mindspore as ms
+
+    return {
+        "rank": rank,
+        "world_size": world,
+        "parallel_mode": str(ms.get_auto_parallel_context("parallel_mode")),
+        "gradients_mean": bool(ms.get_auto_parallel_context("gradients_mean")),
+        "search_mode": str(ms.get_auto_parallel_context("search_mode")),
+        "grad_reducer": grad_reducer,
+    }
+
+
+def rank_summary(result: TrialResult, rank: int, rank_dir: Path) -> RankSummary:
+    p = result.profile
+    splits = p.splits if p is not None else None
+    acc = result.accuracy
+    return RankSummary(
+        rank=rank,
+        host=socket.gethostname(),
+        node_rank=_env_int("PERFTUNE_NODE_RANK"),
+        pid=os.getpid(),
+        result_dir=rank_dir.name,
+        log_file=f"{MSRUN_LOG_DIR}/worker_{rank}.log",
+        status=result.status,
+        samples_per_s=result.samples_per_s,
+        step_ms_median=result.step_ms_median,
+        step_ms_p10=result.step_ms_p10,
+        step_ms_p90=result.step_ms_p90,
+        data_wait_ms_median=result.data_wait_ms_median,
+        compile_ms=result.compile_ms,
+        windows=list(result.windows),
+        train_loss=acc.train_loss if acc else None,
+        nonfinite=bool(acc.nonfinite) if acc else False,
+        loss_curve=list(acc.loss_curve) if acc else [],
+        splits=splits,
+        top_ops=list(p.top_ops) if p is not None else [],
+        communication_share=(splits.communication_ms / splits.step_ms) if splits and splits.step_ms else None,
+        profile_error=p.error if p is not None else None,
+        host_rss_peak_bytes=result.memory.host_rss_peak_bytes,
+        allocator_peak_bytes=result.memory.allocator_peak_bytes,
+    )
+
+
+def all_gather_bytes(payload: bytes, rank: int, world: int) -> list[bytes]:
+    """Each rank's ``payload`` to every rank, with AllReduce only: float32 rows, one byte per element (exact; the
+    CPU AllReduce kernel takes float32, not int32)."""
+    import mindspore as ms
+    from mindspore import ops
+    from mindspore.communication.management import GlobalComm
+
+    reduce = ops.AllReduce(ops.ReduceOp.SUM, GlobalComm.WORLD_COMM_GROUP)
+    lengths = np.zeros((world,), np.float32)
+    lengths[rank] = len(payload)  # exact below 2**24 bytes
+    lengths = reduce(ms.Tensor(lengths)).asnumpy().astype(np.int64)
+    rows = np.zeros((world, int(lengths.max())), np.float32)
+    rows[rank, :len(payload)] = np.frombuffer(payload, np.uint8)
+    rows = reduce(ms.Tensor(rows)).asnumpy()
+    return [rows[r, :int(lengths[r])].astype(np.uint8).tobytes() for r in range(world)]
+
+
+def _env_int(name: str) -> Optional[int]:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
 
 
 def _learning_rate(optimizer) -> Optional[float]:
@@ -391,17 +598,55 @@ def first_logged_error(log_path: Path, reason: str) -> Optional[str]:
     return None
 
 
+def run_scheduler(spec: TrialSpec) -> None:
+    """msrun's scheduler process runs this module too (MS_ROLE=MS_SCHED): it serves the cluster inside init().
+
+    Where several msrun launches share one host as separate "nodes" (the loopback test), every launch thinks it is
+    the master; the launcher sets PERFTUNE_SCHEDULER=0 on all but node 0, and those schedulers leave at once.
+    """
+    if os.environ.get("PERFTUNE_SCHEDULER", "1") == "0":
+        os._exit(0)
+    import mindspore as ms
+    from mindspore.communication import init
+
+    try:
+        ms.set_device(spec.device)
+        init()
+    except BaseException:  # noqa: BLE001
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(4)
+    os._exit(0)
+
+
 def main(argv: list[str]) -> int:
     trial_dir = Path(argv[0])
+    role = os.environ.get("MS_ROLE")  # set by msrun: MS_SCHED (its scheduler) or MS_WORKER (one rank)
+    if role:
+        # msrun starts each rank in a session of its own, out of reach of the launcher's process group: die with
+        # msrun (PR_SET_PDEATHSIG), and leave now if msrun is already gone
+        from perftune.launch import _die_with_parent
+
+        _die_with_parent()
+        if os.getppid() == 1:
+            os._exit(5)
     spec = TrialSpec.model_validate_json((trial_dir / "spec.json").read_text())
-    burst = Burst(spec, trial_dir)
+    if role == "MS_SCHED":
+        run_scheduler(spec)
+    out_dir, log_path = trial_dir, trial_dir / "burst.log"
+    if role == "MS_WORKER":  # each rank writes rank_<r>/trial.json (+ rank_<r>/profile); msrun logs worker_<r>.log
+        rank = os.environ.get("RANK_ID", f"unknown_{os.getpid()}")
+        out_dir = trial_dir / f"rank_{rank}"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        log_path = trial_dir / MSRUN_LOG_DIR / f"worker_{rank}.log"
+    burst = Burst(spec, out_dir)
     try:
         result = burst.run()
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a recorded trial
         traceback.print_exc()
         sys.stderr.flush()
         status, reason = classify_failure(exc, spec)
-        cause = first_logged_error(trial_dir / "burst.log", reason)
+        cause = first_logged_error(log_path, reason)
         if cause and len(reason) < 200:
             reason = f"{reason} (first error in the log: {cause})"
         result = burst.result
@@ -411,7 +656,7 @@ def main(argv: list[str]) -> int:
             burst.memory()
         except Exception:  # noqa: BLE001
             pass
-    write_json_atomic(trial_dir / "trial.json", result.model_dump(mode="json"))
+    write_json_atomic(out_dir / "trial.json", result.model_dump(mode="json"))
     print(json.dumps({"status": result.status, "trial_id": spec.trial_id}))
     sys.stdout.flush()
     # MindSpore's exit handlers can hang or crash after a failure; the result is on disk, leave now.

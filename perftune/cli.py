@@ -116,5 +116,66 @@ def sweep(plan_path: Path, out_dir: Path | None, fresh: bool, progress: bool, re
     click.echo(sweep_summary(result, out, report_path))
 
 
+def _threshold(text: str) -> float:
+    """``0.05`` or ``5%``."""
+    raw = text.strip()
+    try:
+        return float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise UserError(f"--threshold {text!r}: expected a relative change such as 0.05 or 5%") from None
+
+
+@main.command(name="compare")
+@click.argument("old", type=click.Path(path_type=Path))
+@click.argument("new", type=click.Path(path_type=Path))
+@click.option("--threshold", "threshold_text", default="5%", show_default=True, metavar="FRACTION|PERCENT",
+              help="Relative change that counts (0.05 or 5%); smaller significant changes are reported, not flagged.")
+@click.option("--metric", default="throughput", show_default=True,
+              help="What decides the exit code: throughput | step_time | data_wait | split.data (any phase: "
+                   "forward, backward, optimizer, communication, other) | memory | memory.host_rss | "
+                   "memory.allocator | memory.device | val_loss | train_loss | perplexity.  Only throughput and "
+                   "step_time have confidence intervals; the others use the threshold on the relative change.")
+@click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write a Markdown table (for a pull request or $GITHUB_STEP_SUMMARY).")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the full comparison as JSON.")
+@user_errors
+def compare_command(old: Path, new: Path, threshold_text: str, metric: str, markdown: Path | None,
+                    json_out: Path | None) -> None:
+    """Compare NEW against OLD with the measurement noise taken into account.
+
+    OLD and NEW are each a sweep's results.json, a trial.json, a folder holding one of them, or a folder of such
+    folders (several runs of the same plan, pooled).  Trials are matched by their knob values; runs of the same
+    knobs on one side are pooled, and configurations measured more than once give the noise estimate.
+
+    \b
+    Exit codes:
+      0  no significant regression beyond the threshold in --metric
+      1  a significant regression beyond the threshold (or a configuration that ran on OLD fails on NEW)
+      2  unusable input: missing, empty, corrupted or wrong-version file, different workload or device,
+         nothing in common; the reason is printed in one line
+    Differences that do not stop the comparison (versions, machine, workload params, burst settings) are printed
+    as warning lines on stderr.
+    """
+    from perftune.compare import render_text, run_compare
+
+    report = run_compare(old, new, threshold=_threshold(threshold_text), metric=metric, markdown=markdown,
+                         json_out=json_out)
+    for warning in report.warnings:
+        click.echo(f"perftune: warning: {warning}", err=True)
+    click.echo(render_text(report))
+    sys.exit(report.exit_code)
+
+
+@main.command(name="report")
+@click.argument("results_dir", type=click.Path(file_okay=False, path_type=Path))
+@user_errors
+def report_command(results_dir: Path) -> None:
+    """Write RESULTS_DIR/report.html (one self-contained file) from a sweep's RESULTS_DIR/results.json."""
+    from perftune.report import write_report
+
+    click.echo(write_report(results_dir))
+
+
 if __name__ == "__main__":
     main()

@@ -63,8 +63,13 @@ def mindrecord_file(columns: dict[str, np.ndarray], cache_dir: Path, name: str) 
 
 
 def build_dataset(workload: Workload, knobs: dict, split: str, cache_dir: Path | None, repeat: bool = True,
-                  batch_size: int | None = None):
+                  batch_size: int | None = None, num_shards: int = 1, shard_id: int = 0):
+    """``num_shards > 1`` (distributed bursts): this rank reads rows ``shard_id, shard_id + num_shards, ...``
+    (NumPy source; MindDataset shards its own way), so with ``batch_size = global batch / num_shards`` the ranks'
+    batches of step ``j`` together hold the global batch ``j`` of a one-process run."""
     import mindspore.dataset as ds
+
+    shard = {"num_shards": num_shards, "shard_id": shard_id} if num_shards > 1 else {}
 
     columns = workload.train_columns if split == "train" else workload.val_columns
     names = list(columns)
@@ -73,9 +78,11 @@ def build_dataset(workload: Workload, knobs: dict, split: str, cache_dir: Path |
         if cache_dir is None:
             raise ValueError("dataset_format=mindrecord needs a cache folder")
         path, _ = mindrecord_file(columns, cache_dir, f"{workload.name}-{split}")
-        dataset = ds.MindDataset(str(path), columns_list=names, shuffle=False, num_parallel_workers=workers)
+        dataset = ds.MindDataset(str(path), columns_list=names, shuffle=False, num_parallel_workers=workers,
+                                 **shard)
     else:
-        dataset = ds.NumpySlicesDataset(tuple(columns[n] for n in names), column_names=names, shuffle=False)
+        dataset = ds.NumpySlicesDataset(tuple(columns[n] for n in names), column_names=names, shuffle=False,
+                                        **shard)
     if workload.preprocess is not None and split == "train":
         dataset = dataset.map(
             operations=workload.preprocess,

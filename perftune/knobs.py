@@ -107,6 +107,19 @@ KNOBS: dict[str, Knob] = {
              "threads", minimum=0, maximum=256),
         Knob("train_step", "choice", "cell", "how the step is written: a Cell (TrainOneStepCell style) or an "
              "ms.jit function around value_and_grad + the optimizer", "step", choices=("cell", "function")),
+        # -- distributed (perftune/distributed.py): workers >= 2 launches the burst under msrun, one rank per worker
+        Knob("workers", "int", 1, "ranks (processes) in total: 1 runs the burst in one process; >= 2 launches it "
+             "with msrun, batch_size split evenly over the ranks (batch_size stays the global batch)", "launch",
+             minimum=1, maximum=4096),
+        Knob("parallel_mode", "choice", "data_parallel", "set_auto_parallel_context(parallel_mode=...) when "
+             "workers >= 2 (semi/auto parallel: MindSpore shards the operators; Ascend/GPU only)", "context",
+             choices=("data_parallel", "semi_auto_parallel", "auto_parallel"),
+             refused={"semi_auto_parallel": ("CPU",), "auto_parallel": ("CPU",)}),
+        Knob("search_mode", "choice", "sharding_propagation", "strategy search of parallel_mode=auto_parallel "
+             "(MindSpore 2.10 offers these three)", "context",
+             choices=("sharding_propagation", "recursive_programming", "dynamic_programming")),
+        Knob("gradients_mean", "bool", True, "data parallel: average (true) or sum (false) the gradients over the "
+             "ranks", "context"),
     ]
 }
 
@@ -128,5 +141,6 @@ def no_effect_notes(values: dict[str, Any], backend: str) -> list[str]:
     for name, value in values.items():
         knob = KNOBS[name]
         if backend in knob.no_effect_on and value != knob.default:
-            notes.append(f"{name}={value} has no effect on {backend}: MindSpore accepts it and ignores it")
+            shown = str(value).lower() if isinstance(value, bool) else value
+            notes.append(f"{name}={shown} has no effect on {backend}: MindSpore accepts it and ignores it")
     return notes

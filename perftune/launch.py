@@ -47,8 +47,13 @@ def make_spec(plan, knob_values: dict[str, Any], label: str, replicate: int = 0,
         "accuracy_samples": plan.accuracy_samples(),
         "replicate": replicate,
     }
-    return TrialSpec(trial_id=trial_id(fields), label=label,
-                     cache_dir=str(cache_dir) if cache_dir else None, **fields)
+    hashed = dict(fields)
+    dist = getattr(plan, "distributed", None)
+    if dist is not None and dist.nodes > 1:  # where the ranks run changes the measurement; node_rank/port do not
+        hashed["nodes"] = dist.nodes
+    return TrialSpec(trial_id=trial_id(hashed), label=label,
+                     cache_dir=str(cache_dir) if cache_dir else None,
+                     distributed=dist.model_dump(mode="json") if dist is not None else None, **fields)
 
 
 def log_tail(path: Path, lines: int = 30, max_chars: int = 4000) -> str:
@@ -115,6 +120,10 @@ def run_trial(spec: TrialSpec, trial_dir: Path, timeout_s: Optional[float] = Non
         result_path.unlink()
     write_json_atomic(trial_dir / "spec.json", spec.model_dump(mode="json"))
     timeout_s = float(timeout_s if timeout_s is not None else spec.burst.get("timeout_s", 300))
+    if int(spec.knobs.get("workers", 1)) >= 2:  # one rank per worker under msrun; writes trial.json itself
+        from perftune.distributed import run_distributed
+
+        return run_distributed(spec, trial_dir, timeout_s)
     log_path = trial_dir / LOG_NAME
     started = time.perf_counter()
     with open(log_path, "wb") as log:

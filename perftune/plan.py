@@ -60,6 +60,20 @@ class DecisionRule(_Strict):
     retry_on_stack: bool = True
 
 
+class DistributedSettings(_Strict):
+    """Where the ranks of a ``workers >= 2`` trial run: ``nodes`` machines, ``workers / nodes`` ranks on each.
+
+    Every machine runs the same plan; only ``node_rank`` differs (or set ``PERFTUNE_NODE_RANK`` in the
+    environment of the second machine's sweep).  The master (node 0) runs msrun's scheduler on
+    ``master_addr:master_port``; on one node the port is chosen free per trial when not given.
+    """
+
+    nodes: int = Field(1, ge=1, le=1024)
+    node_rank: int = Field(0, ge=0)
+    master_addr: str = Field("127.0.0.1", min_length=1, max_length=255)
+    master_port: Optional[int] = Field(None, ge=1024, le=65535)
+
+
 class Plan(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=80)
     workload: str
@@ -72,6 +86,7 @@ class Plan(_Strict):
     accuracy: AccuracyGate = Field(default_factory=AccuracyGate)
     decision: DecisionRule = Field(default_factory=DecisionRule)
     output_dir: Optional[str] = None
+    distributed: Optional[DistributedSettings] = None
 
     @property
     def baseline_knobs(self) -> dict[str, Any]:
@@ -86,6 +101,8 @@ class Plan(_Strict):
 def _format_pydantic(err: ValidationError) -> list[str]:
     lines = []
     for e in err.errors():
+        if len(e["loc"]) >= 2 and e["loc"][0] in ("baseline", "variables"):
+            continue  # knob values are checked against the registry, with better messages
         path = ".".join(str(p) for p in e["loc"]) or "(top level)"
         if e["type"] == "extra_forbidden":
             lines.append(f"{path}: unknown field")
@@ -149,6 +166,49 @@ def _check_combinations(base: dict, variables: dict) -> list[str]:
                 problems.append(
                     f"grad_accum_steps: {k} does not divide batch_size {b} (micro-batches must be equal)"
                 )
+    workers = [base["workers"]] + [v for v in variables.get("workers", []) if isinstance(v, int)]
+    for w in workers:
+        if not isinstance(w, int) or isinstance(w, bool) or w < 2:
+            continue
+        for b in batches:
+            if not isinstance(b, int) or isinstance(b, bool):
+                continue
+            if b % w:
+                problems.append(f"workers: batch_size {b} does not split evenly over {w} workers (batch_size is the "
+                                f"global batch; each rank takes batch_size / workers)")
+                continue
+            for k in accums:
+                if isinstance(k, int) and k > 0 and (b // w) % k:
+                    problems.append(f"grad_accum_steps: {k} does not divide the per-rank batch {b // w} "
+                                    f"(batch_size {b} over {w} workers)")
+    return problems
+
+
+def _check_distributed(data: dict) -> list[str]:
+    """Cross-field rules of the ``distributed`` section (types and ranges are pydantic's)."""
+    dist = data.get("distributed")
+    if not isinstance(dist, dict):
+        return []
+    nodes, node_rank = dist.get("nodes", 1), dist.get("node_rank", 0)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (nodes, node_rank)) or nodes < 1:
+        return []
+    problems = []
+    if node_rank >= nodes:
+        problems.append(f"distributed.node_rank: {node_rank} must be below nodes ({nodes}); machines are numbered "
+                        f"0 .. {nodes - 1}, 0 being the master")
+    if nodes > 1:
+        if dist.get("master_port") is None:
+            problems.append(f"distributed.master_port: required when nodes > 1 (all {nodes} machines must name the "
+                            "same port of the master)")
+        baseline = data.get("baseline") if isinstance(data.get("baseline"), dict) else {}
+        variables = data.get("variables") if isinstance(data.get("variables"), dict) else {}
+        values = [("baseline.workers", baseline.get("workers", knobs.KNOBS["workers"].default))]
+        values += [(f"variables.workers[{i}]", v) for i, v in enumerate(variables.get("workers") or [])
+                   if isinstance(variables.get("workers"), list)]
+        for path, w in values:
+            if isinstance(w, int) and not isinstance(w, bool) and (w < nodes or w % nodes):
+                problems.append(f"{path}: {w} workers cannot be spread over distributed.nodes={nodes} machines "
+                                f"(workers is the total number of ranks: use a multiple of {nodes})")
     return problems
 
 
@@ -170,6 +230,7 @@ def parse_plan(data: Any, source: str = "plan") -> Plan:
         raise PlanError([f"(top level): expected a mapping of fields, got {type(data).__name__}"], source)
     data = _normalize_knobs(data)
     problems = _check_knob_values(data)
+    problems += _check_distributed(data)
     if isinstance(data.get("workload"), str):
         why = check_reference(data["workload"])
         if why:

@@ -22,18 +22,29 @@ Layouts (see ``/work/shared/mindspore-notes.md`` and ``profiler-layouts.md``):
 How an op gets its phase (``ops.phase_rule`` says which rule decided):
 
 ``scope`` / ``op_type``
-    :func:`classify_phase`, from the op's scope and type alone: collectives are communication; ``Gradients/...``
-    and ``recompute_...`` scopes and ``*Grad`` kernels are backward; an optimizer cell's scope
-    (``optimizer-Adam``) or an update kernel (Adam, ApplyMomentum, ...) is optimizer; other ops inside a cell scope
-    (``Default/net_with_loss-NetWithLoss/...``) are forward.
+    :func:`classify_phase`, from the op's scope and type alone: collectives are communication (and so are the other
+    ops of a ``DistributedGradReducer``, the mean's scaling); ``Gradients/...`` and ``recompute_...`` scopes and
+    ``*Grad`` kernels are backward; an optimizer cell's scope (``optimizer-Adam``) or an update kernel (Adam,
+    ApplyMomentum, ...) is optimizer; other ops inside a cell scope (``Default/net_with_loss-NetWithLoss/...``)
+    are forward.
 ``timeline``
-    Ops whose name carries no cell scope -- bare ``MatMul`` (PyNative runs most ops eagerly without a scope),
-    ``Default/Square-op0`` (ops of the training-step cell itself, e.g. a gradient norm; or, in the ``ms.jit``
-    function form, every op) and ``Expand/...`` (composite ops expanded by the compiler) -- cannot be placed by
-    name.  On CPU every launch is timestamped, so each such launch takes the phase of the stretch of its step it
-    ran in: before the step's first backward-scoped launch -> forward, from there until its first optimizer
-    launch -> backward (this takes in a gradient norm or clipping), after that -> optimizer.  Where the launches
-    cannot be split into equal steps, the name rule (forward) is kept and ``phase_rule`` says ``default``.
+    Ops whose name carries no cell scope cannot be placed by name: bare ``MatMul`` (PyNative runs most ops
+    eagerly, unscoped), ``Default/Square-op0`` (ops of the training-step cell itself: in the burst's cell form the
+    gradient norm; in the ``ms.jit`` function form every op) and ``Expand/...`` (composite ops the compiler
+    expanded, e.g. ``Expand/_SoftmaxBackward/...``).  On CPU every launch is timestamped, so each such launch is
+    placed by when it ran in its step.  GRAPH mode runs ops in dataflow order, not phase order (the optimizer's
+    step counter runs first, gradient pieces that need only forward values run during forward), so:
+
+    * cell form (the network's forward ops carry its cell scope): a ``Default/<op>`` launch before the step's
+      first backward op is forward, after it optimizer (gradient post-processing: norm, clipping, unscaling);
+      other unscoped launches are forward up to the step's last forward-scoped op, backward up to its last
+      backward op, optimizer after;
+    * otherwise (PyNative, the function form): forward before the step's first backward op, backward until its
+      first update kernel (Adam, ...), optimizer after.  In PyNative this counts a gradient norm as backward, and
+      in the GRAPH-mode function form forward ops scheduled after an early gradient op count as backward.
+
+    Where the launches cannot be split into equal steps the name rule (forward) stays and ``phase_rule`` says
+    ``default``.
 
 Bad folders raise :class:`~perftune.errors.ProfileError` naming the file and what was expected; nothing here
 logs and returns empty.
@@ -42,7 +53,6 @@ logs and returns empty.
 from __future__ import annotations
 
 import io
-import json
 import math
 import os
 import re
@@ -50,7 +60,7 @@ import time
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -149,13 +159,14 @@ OP_COLUMNS = ["name", "full_name", "op_type", "phase", "phase_rule", "count", "t
 # ---------------------------------------------------------------------------------------------------------------
 
 #: collective kernels, compared after lower-casing and dropping an ``hcom``/``nccl`` prefix and underscores
-#: (so ``HcomAllReduce`` and Ascend's ``hcom_allReduce_`` match; ``BroadcastTo``, a compute op, does not)
+#: (so ``HcomAllReduce`` and Ascend's ``hcom_allReduce_`` match; ``BroadcastTo``, ``Gather`` (an embedding lookup)
+#: and ``ScatterNd``, compute ops, do not)
 COLLECTIVES = frozenset(
     {
         "allreduce", "allgather", "allgatherv", "reducescatter", "reducescatterv", "broadcast", "alltoall",
         "alltoallv", "alltoallvc", "alltoallall", "send", "receive", "recv", "sendrecv", "batchsendrecv", "reduce",
-        "barrier", "gather", "scatter", "collectivegather", "collectivescatter", "neighborexchange",
-        "neighborexchangev2", "matmulallreduce", "allgathermatmul", "matmulreducescatter",
+        "barrier", "collectivegather", "collectivescatter", "neighborexchange", "neighborexchangev2",
+        "matmulallreduce", "allgathermatmul", "matmulreducescatter",
     }
 )
 #: update kernels of MindSpore's optimizers
@@ -276,16 +287,18 @@ class ProfilerSession:
     """MindSpore's profiler around a few steps: ``start()``, run the steps, ``stop_and_analyse()``.
 
     Uses ``mindspore.profiler.profile`` (the non-deprecated API) with CPU activity always and the device's
-    (GPU / NPU) where the context's device is one; the analysis runs inside ``stop_and_analyse`` (about 1 s on
-    CPU whatever the step count), so keep it out of timed steps.  MindSpore's profiler swallows its own errors;
-    this class checks that the output exists and raises :class:`ProfileError` when it does not.
+    (GPU / NPU) where the context's device is one; the analysis runs inside ``stop_and_analyse`` (on 2 CPU cores
+    about 1.1 s for a few thousand op launches, 3.4 s for 29 k, 5.5 s for 59 k), so keep it out of timed steps.
+    MindSpore's profiler logs and swallows its own errors; this class checks that the output exists and raises
+    :class:`ProfileError` when it does not.  Several processes (msrun ranks) may share ``output_dir``: each
+    session finds its own folder by its pid; ``root`` is that folder after ``stop_and_analyse``.
     """
 
     def __init__(self, output_dir: Path, profile_memory: bool = True):
         self.output_dir = Path(output_dir)
         self.profile_memory = profile_memory
+        self.root: Optional[Path] = None
         self._prof = None
-        self._started_at: Optional[float] = None
         self._before: set[Path] = set()
 
     def start(self) -> None:
@@ -309,7 +322,6 @@ class ProfilerSession:
             on_trace_ready=ms.profiler.tensorboard_trace_handler(str(self.output_dir.resolve())),
         )
         self._prof.start()
-        self._started_at = time.perf_counter()
 
     def stop_and_analyse(self) -> float:
         """Stop collecting, analyse (on_trace_ready runs inside ``stop``); return the seconds this took."""
@@ -399,6 +411,8 @@ def _detect_layout(root: Path, rank: Optional[int] = None) -> tuple[str, int]:
         if len(ranks) > 1:
             raise ProfileError(f"{root}: holds ranks {ranks}; pass rank= (or use load_all_ranks)")
         rank = ranks[0] if ranks else 0
+    elif ranks and rank not in ranks:
+        raise ProfileError(f"{root}: no files for rank {rank} (ranks found: {ranks})")
     cpu_csv = CPU_OP_DETAIL.path(root, rank)
     if cpu_csv.is_file():
         return "cpu", rank
@@ -482,7 +496,15 @@ def load_profile(path: Path, rank: Optional[int] = None) -> ProfileData:
     """
     roots = _find_roots(Path(path))
     if len(roots) > 1:
-        by_rank = {r: root for root in roots for r in _ranks_in(root)}
+        by_rank: dict[int, Path] = {}
+        for candidate in roots:
+            for r in _ranks_in(candidate):
+                if r in by_rank:
+                    raise ProfileError(
+                        f"{path}: two profiler folders for rank {r} ({by_rank[r].name}, {candidate.name}): keep one "
+                        "run per output folder"
+                    )
+                by_rank[r] = candidate
         if rank is None:
             raise ProfileError(
                 f"{path}: holds {len(roots)} profiler folders ({', '.join(r.name for r in roots)}, ranks "
@@ -518,23 +540,32 @@ def _trace_file(root: Path) -> Optional[Path]:
     return f if f.is_file() else None
 
 
-def _peak_allocated(root: Path, rank: int) -> Optional[int]:
-    """Streamed in chunks: memory stays flat however long the record is."""
+def _peak_allocated(root: Path, rank: int, window: Optional[tuple[int, int]] = None) -> Optional[int]:
+    """The allocator's peak ``Total Allocated(Byte)``, within ``window`` (ns) where given.
+
+    The window matters: a second profiler session in the same process writes a memory record that starts at the
+    *first* session's start.  Streamed in chunks, so memory stays flat however long the record is.
+    """
     path = CPU_MEMORY.path(root, rank)
     if not path.is_file():
         return None
     with open(path, encoding="utf-8-sig") as f:
-        header = f.readline().rstrip("\n").split(",")
+        header = [c.strip() for c in f.readline().rstrip("\n").split(",")]
+        ts_name, alloc_name = CPU_MEMORY.columns  # the two declared columns, in that order
         try:
-            col = header.index("Total Allocated(Byte)")
+            ts_col, col = header.index(ts_name), header.index(alloc_name)
         except ValueError:
             raise ProfileError(
-                f"{path}: no 'Total Allocated(Byte)' column (header {','.join(header)!r})"
+                f"{path}: expected columns {ts_name!r} and {alloc_name!r}, header is {','.join(header)!r}"
             ) from None
         peak = None
         try:
-            for chunk in pd.read_csv(f, header=None, usecols=[col], chunksize=200_000, dtype="float64"):
-                m = chunk[col].max()
+            for chunk in pd.read_csv(f, header=None, usecols=[ts_col, col], chunksize=20_000, dtype="float64"):
+                values = chunk[col]
+                if window is not None:  # float64 timestamps: ~256 ns resolution, plenty for a window
+                    ts = chunk[ts_col]
+                    values = values[(ts >= window[0]) & (ts <= window[1])]
+                m = values.max()
                 if not math.isnan(m):
                     peak = m if peak is None else max(peak, m)
         except (pd.errors.ParserError, ValueError) as e:
@@ -555,10 +586,10 @@ def _load_cpu(root: Path, rank: int) -> ProfileData:
     rules = [_rule(n, t) for n, t in zip(per_op["full_name"], per_op["op_type"])]
     per_op["phase"] = [p for p, _ in rules]
     per_op["phase_rule"] = [r for _, r in rules]
-    launch_steps = None
+    launch_steps, window = None, None
     ts_path = root / CPU_OP_TIMESTAMPS.format(rank=rank)
-    if per_op["phase_rule"].isin(["unscoped", "step_cell"]).any() and ts_path.is_file():
-        per_op, launch_steps = _place_by_timeline(per_op, ts_path)
+    if ts_path.is_file():
+        per_op, launch_steps, window = _timeline(per_op, ts_path)
     per_op["phase_rule"] = per_op["phase_rule"].replace({"unscoped": "default", "step_cell": "default"})
     ops = _finish_ops(per_op)
     return ProfileData(
@@ -568,7 +599,7 @@ def _load_cpu(root: Path, rank: int) -> ProfileData:
         ops=ops,
         step_trace=None,
         trace_file=_trace_file(root),
-        peak_allocated_bytes=_peak_allocated(root, rank),
+        peak_allocated_bytes=_peak_allocated(root, rank, window),
         launch_steps=launch_steps,
     )
 
@@ -607,56 +638,72 @@ def _scan_timestamps(path: Path):
             yield parts[0], start, dur
 
 
-def _place_by_timeline(per_op: pd.DataFrame, ts_path: Path) -> tuple[pd.DataFrame, Optional[int]]:
-    """Place each launch of an op that its name cannot place (see the module doc) by when it ran in its step.
+def _timeline(per_op: pd.DataFrame, ts_path: Path) -> tuple[pd.DataFrame, Optional[int], tuple[int, int]]:
+    """Check the per-launch timestamps against the op table, find the profiled window and place each launch of an op
+    that its name cannot place by when it ran in its step (see the module doc for the rules).
 
-    Two streaming passes over the timestamp file; memory is one line plus O(steps + ops), however long the
-    profile.  Launches of a name that runs m times per step belong to step ``index // m``, where the number of
-    steps is the gcd of the launch counts (one optimizer kernel runs once per step).
+    Returns (ops, steps the launches split into, (first launch start, last launch end) in ns).  At most two
+    streaming passes over the file; memory is one line plus O(steps + ops), however long the profile.  Launches of
+    a name that runs m times per step belong to step ``index // m``; the number of steps is the gcd of the launch
+    counts (an optimizer kernel runs once per step).
     """
-    weak_rule = dict(
-        zip(per_op["full_name"], per_op["phase_rule"])
-    )
-    weak = {n for n, r in weak_rule.items() if r in ("unscoped", "step_cell")}
+    rule_of = dict(zip(per_op["full_name"], per_op["phase_rule"]))
     phase_of = dict(zip(per_op["full_name"], per_op["phase"]))
+    type_of = dict(zip(per_op["full_name"], per_op["op_type"]))
+    weak = {n for n, r in rule_of.items() if r in ("unscoped", "step_cell")}
     counts = per_op.groupby("full_name")["count"].sum().to_dict()
     steps = reduce(math.gcd, (int(c) for c in counts.values() if c > 0), 0)
-    if steps < 1:
-        return per_op, None
-    # the cell form (forward ops inside the network's cell scope): ``Default/<op>`` ops of the step cell that run
-    # once backward has begun are gradient post-processing (a gradient norm, clipping) -> optimizer
-    cell_form = bool(((per_op["phase"] == "forward") & (per_op["phase_rule"] == "scope")).any())
-    big = np.iinfo(np.int64).max
-    first_bwd = np.full(steps, big, dtype=np.int64)
-    first_opt = np.full(steps, big, dtype=np.int64)
-    seen = set()
     detail_name = Path(CPU_OP_DETAIL.relpath).name.format(rank="<rank>")
-    for name, start, _ in _scan_timestamps(ts_path):
-        if counts.get(name) != len(start) or name in seen:
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    n = max(steps, 1)
+    first_bwd, first_update = np.full(n, big, np.int64), np.full(n, big, np.int64)
+    last_bwd, last_fwd = np.full(n, small, np.int64), np.full(n, small, np.int64)
+    window = [big, 0]
+    seen: dict[str, int] = {}
+    for name, start, dur in _scan_timestamps(ts_path):
+        if name not in counts:
             raise ProfileError(
-                f"{ts_path}: {len(start)} launches of {name!r} where {detail_name} counts {counts.get(name, 0)} "
-                "(a truncated file, or files of different runs mixed)"
+                f"{ts_path}: launches of {name!r}, which {detail_name} does not list (files of different runs mixed?)"
             )
-        seen.add(name)
-        if name in weak or phase_of[name] not in ("backward", "optimizer"):
+        seen[name] = seen.get(name, 0) + len(start)
+        if len(start):
+            window[0] = min(window[0], int(start.min()))
+            window[1] = max(window[1], int((start + dur * 1e6).max()))
+        if name in weak or seen[name] != counts[name] or not len(start):
             continue
         step_of = np.arange(len(start)) // (len(start) // steps)
-        target = first_bwd if phase_of[name] == "backward" else first_opt
-        np.minimum.at(target, step_of, start)
-    if seen != set(counts):
-        missing = sorted(set(counts) - seen)
+        if phase_of[name] == "backward":
+            np.minimum.at(first_bwd, step_of, start)
+            np.maximum.at(last_bwd, step_of, start)
+        elif phase_of[name] == "forward":
+            np.maximum.at(last_fwd, step_of, start)
+        elif phase_of[name] == "optimizer" and type_of[name] in OPTIMIZER_OP_TYPES:
+            np.minimum.at(first_update, step_of, start)
+    short = {n: c for n, c in counts.items() if seen.get(n, 0) != c}
+    if short:
+        name, count = next(iter(short.items()))
         raise ProfileError(
-            f"{ts_path}: no launches of {len(missing)} op(s) that {detail_name} lists, e.g. {missing[0]!r} "
-            "(a truncated file?)"
+            f"{ts_path}: {seen.get(name, 0)} launches of {name!r} where {detail_name} counts {count}"
+            f"{f' (and {len(short) - 1} more ops differ)' if len(short) > 1 else ''}: a truncated file?"
         )
+    if not weak or steps < 1:
+        return per_op, (steps or None), (window[0], window[1])
+    # cell form: the network's forward ops carry its cell scope (graph mode), so the step's forward ends at the
+    # last of them; else (PyNative, the ms.jit function form) nothing marks it and backward begins at its first op
+    cell_form = bool(((per_op["phase"] == "forward") & (per_op["phase_rule"] == "scope")).any())
     rows = []
     for name, start, dur in _scan_timestamps(ts_path):
         if name not in weak:
             continue
-        step_of = np.arange(len(start)) // (len(start) // steps)
-        code = np.where(start >= first_opt[step_of], 2, np.where(start >= first_bwd[step_of], 1, 0))
-        if cell_form and weak_rule[name] == "step_cell":
-            code = np.where(code == 1, 2, code)
+        if len(start) != counts[name]:  # one name on several lines: its launches cannot be put in steps
+            return per_op, None, (window[0], window[1])
+        k = np.arange(len(start)) // (len(start) // steps)
+        if cell_form and rule_of[name] == "step_cell":  # gradient norm, clipping, unscaling: once gradients exist
+            code = np.where(start < first_bwd[k], 0, 2)
+        elif cell_form:
+            code = np.where(start <= last_fwd[k], 0, np.where(start <= last_bwd[k], 1, 2))
+        else:
+            code = np.where(start < first_bwd[k], 0, np.where(start < first_update[k], 1, 2))
         for c, ph in enumerate(COMPUTE_PHASES):
             sel = code == c
             if sel.any():
@@ -666,7 +713,7 @@ def _place_by_timeline(per_op: pd.DataFrame, ts_path: Path) -> tuple[pd.DataFram
     placed = placed.merge(meta, on="full_name", how="left")
     placed["phase_rule"] = "timeline"
     kept = per_op[~per_op["full_name"].isin(weak)]
-    return pd.concat([kept, placed[kept.columns]], ignore_index=True), steps
+    return pd.concat([kept, placed[kept.columns]], ignore_index=True), steps, (window[0], window[1])
 
 
 def _load_ascend(root: Path, rank: int) -> ProfileData:
@@ -745,9 +792,9 @@ def compute_splits(profile: ProfileData, profiled_steps: int, step_ms: float, da
         factor = budget / op_sum if op_sum > 0 else 0.0
         per_step = {p: v * factor for p, v in per_step.items()}
         source += f"; op phases scaled x{factor:.3f} (op time {op_sum:.3f} ms > step - data {budget:.3f} ms: overlap or waiting)"
-    other = step_ms - data_wait_ms - sum(per_step.values())
-    other = max(other, 0.0)
-    # exact closure: put any rounding residue into other (never negative)
+        other = 0.0
+    else:  # other is the rest, so the six add up to step_ms (to rounding)
+        other = max(budget - op_sum, 0.0)
     explained = 1.0 - other / step_ms
     return Splits(
         step_ms=step_ms,

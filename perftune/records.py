@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 #: Bumped whenever a field changes meaning or disappears; readers refuse newer versions and upgrade older ones.
 TRIAL_SCHEMA_VERSION = 1
@@ -19,6 +19,8 @@ RESULTS_SCHEMA_VERSION = 1
 
 TrialStatus = Literal["ok", "failed", "timeout", "oom", "unsupported"]
 PHASES = ("data", "forward", "backward", "optimizer", "communication", "other")
+#: a distributed trial whose communication is above this share of the step is flagged (ProfileSummary)
+COMMUNICATION_FLAG_SHARE = 0.20
 
 
 class Record(BaseModel):
@@ -63,10 +65,15 @@ class Splits(Record):
     explained_share: float
     #: where the step time came from: profiled steps timed by the burst, or the profiler's own step markers
     step_source: str = "burst"
+    #: each phase's share of step_ms (filled from the ms fields; written to trial.json for readers of the file)
+    shares: dict[str, float] = Field(default_factory=dict)
 
-    def shares(self) -> dict[str, float]:
-        total = self.step_ms or 1.0
-        return {p: getattr(self, f"{p}_ms") / total for p in PHASES}
+    @model_validator(mode="after")
+    def _fill_shares(self) -> "Splits":
+        if not self.shares:
+            total = self.step_ms or 1.0
+            self.shares = {p: getattr(self, f"{p}_ms") / total for p in PHASES}
+        return self
 
 
 class TopOp(Record):
@@ -94,6 +101,10 @@ class ProfileSummary(Record):
     top_ops: list[TopOp] = Field(default_factory=list)
     peak_allocated_bytes: Optional[int] = None  # the allocator's peak (CPU: from profile_memory)
     error: Optional[str] = None  # profiling failed but the burst's speed figures still stand
+    #: distributed bursts: mean over the ranks of communication_ms / step_ms, and whether it is above
+    #: COMMUNICATION_FLAG_SHARE (per-rank shares: TrialResult.ranks[i].communication_share)
+    communication_share: Optional[float] = None
+    communication_flag: bool = False
 
 
 class Accuracy(Record):
@@ -130,6 +141,40 @@ class Memory(Record):
     device_peak_bytes: Optional[int] = None
 
 
+class RankSummary(Record):
+    """One rank of a distributed burst (``workers >= 2``), as every rank learnt it at the end of the burst.
+
+    The ranks exchange these with one collective after their profiled steps, so every node's ``trial.json`` holds
+    all ranks, including those of other machines.  ``samples_per_s`` is the *global* batch over this rank's own
+    time (median over its windows); the trial's throughput takes the slowest rank (see ``TrialResult``).
+    """
+
+    rank: int
+    host: Optional[str] = None
+    node_rank: Optional[int] = None
+    pid: Optional[int] = None
+    result_dir: Optional[str] = None  # this rank's folder (``rank_<r>``), relative to the trial folder
+    log_file: Optional[str] = None  # msrun's log of this rank, relative to the trial folder (on its own node)
+    status: TrialStatus = "ok"
+    samples_per_s: Optional[float] = None
+    step_ms_median: Optional[float] = None
+    step_ms_p10: Optional[float] = None
+    step_ms_p90: Optional[float] = None
+    data_wait_ms_median: Optional[float] = None
+    compile_ms: Optional[float] = None
+    windows: list[WindowStats] = Field(default_factory=list)
+    train_loss: Optional[float] = None  # this rank's part of the batch; the trial's train loss is the mean over ranks
+    nonfinite: bool = False
+    loss_curve: list[tuple[int, float]] = Field(default_factory=list)
+    #: this rank's profiled splits (they add up to this rank's step time) and its top ops
+    splits: Optional[Splits] = None
+    top_ops: list[TopOp] = Field(default_factory=list)
+    communication_share: Optional[float] = None  # splits.communication_ms / splits.step_ms
+    profile_error: Optional[str] = None
+    host_rss_peak_bytes: Optional[int] = None
+    allocator_peak_bytes: Optional[int] = None
+
+
 class TrialResult(Record):
     """Everything one burst measured; written atomically as ``trial.json``."""
 
@@ -143,6 +188,8 @@ class TrialResult(Record):
     knobs: dict[str, Any]
     burst: dict[str, Any]
     notes: list[str] = Field(default_factory=list)  # e.g. knobs accepted but without effect on this backend
+    #: knob -> what the burst read back from MindSpore after applying it (evidence that it took effect)
+    applied: dict[str, Any] = Field(default_factory=dict)
     parameter_count: Optional[int] = None
     samples_per_step: Optional[int] = None
     tokens_per_sample: Optional[int] = None
@@ -162,6 +209,13 @@ class TrialResult(Record):
     environment: Optional[Environment] = None
     wall_s: Optional[float] = None
     flops_per_sample: Optional[float] = None
+    # -- distributed bursts (knob workers >= 2, perftune/distributed.py); defaults describe a one-process burst.
+    # The trial's throughput is global: global batch (batch_size) x steps / the slowest rank's window time; its
+    # step_ms_* and data_wait_ms_median are the slowest rank's; profile.splits is the mean of the ranks' splits.
+    world_size: int = 1
+    ranks: list[RankSummary] = Field(default_factory=list)  # every rank, sorted by rank
+    straggler_rank: Optional[int] = None  # the rank with the slowest median timed step
+    rank_spread: Optional[float] = None  # (slowest - fastest) / fastest median timed step over the ranks
 
 
 class TrialSpec(Record):
@@ -178,6 +232,8 @@ class TrialSpec(Record):
     accuracy_samples: int
     cache_dir: Optional[str] = None  # where MindRecord files are written once and reused
     replicate: int = 0  # >0 for repeated measurements of the same configuration (A/A, interleaved baselines)
+    #: the plan's ``distributed`` section (nodes, node_rank, master_addr, master_port); None: one node
+    distributed: Optional[dict[str, Any]] = None
 
 
 TrialKind = Literal["baseline", "single", "stack", "leave_one_out"]

@@ -185,7 +185,8 @@ class Sweep:
         gate = accuracy_gate.check(base_acc, trial.result.accuracy, self.plan.accuracy) if base_acc else None
         if gate is not None:
             trial.accuracy_changes = gate.changes
-        notes = [n for n in trial.result.notes if "has no effect" in n]
+        notes = [n for n in trial.result.notes
+                 if "has no effect" in n and any(n.startswith(f"{knob}=") for knob in trial.changes)]
         if comparison is None:
             trial.verdict, trial.reason = "failed", "no throughput to compare"
         elif comparison.verdict == "faster":
@@ -217,12 +218,8 @@ class Sweep:
     def order_singles(self, singles: list[dict[str, Any]]) -> list[dict[str, Any]]:
         first = self.baseline_runs[0].result if self.baseline_runs else None
         data_share = None
-        if first is not None and first.status == "ok":
-            splits = first.profile.splits if first.profile else None
-            if splits is not None and splits.step_ms:
-                data_share = splits.data_ms / splits.step_ms
-            elif first.step_ms_median:
-                data_share = (first.data_wait_ms_median or 0) / first.step_ms_median
+        if first is not None and first.status == "ok" and first.step_ms_median:
+            data_share = (first.data_wait_ms_median or 0) / first.step_ms_median
         data_bound = data_share is not None and data_share >= DATA_BOUND_SHARE
         group = DATA_KNOBS if data_bound else COMPUTE_KNOBS
         share_text = f"{data_share:.0%}" if data_share is not None else "unknown"
@@ -318,12 +315,13 @@ class Sweep:
         self.result.stack = [StackStep(label="baseline", trial_id=self.baseline_runs[0].trial_id, kept=True)]
         current_changes: dict[str, Any] = {}
         current = self.baseline_runs
-        self.progress.grow(len(order))
+        self.progress.grow(max(0, len(order) - 1))
         for single in order:
             changes = {**current_changes, **single.changes}
             if not current_changes:
-                # on top of the baseline, the single itself is the answer: already measured against it
-                trial = single
+                if single.verdict != "kept":
+                    continue  # on top of the baseline alone, its one-at-a-time verdict already answers
+                trial = single  # the first row is the best single itself: already measured against the baseline
             else:
                 trial = self.measure(changes, "stack")
                 self.decide(trial, current, label_of(current_changes) if current_changes else "baseline")

@@ -7,6 +7,7 @@ profiles three real steps in a subprocess.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -95,7 +96,7 @@ def test_mlp_graph_phases_of_known_ops():
     assert phase_of(prof, r"^Default/optimizer-Adam/Adam-op") == {"optimizer"}
     assert phase_of(prof, r"^Default/optimizer-Adam/Assign") == {"optimizer"}
     # the step cell's gradient norm (Default/Square-opN, outside network and optimizer) runs after backward began
-    assert phase_of(prof, r"^Default/(Square|ReduceSum|Sqrt|AddN)-op") == {"optimizer"}
+    assert phase_of(prof, r"^Default/(?:Square|ReduceSum|Sqrt|AddN)-op") == {"optimizer"}
     assert set(prof.ops.loc[prof.ops["full_name"].str.startswith("Default/Square"), "phase_rule"]) == {"timeline"}
     assert "communication" not in set(prof.ops["phase"])
     steps = expected("mlp_graph")["profiled_steps"]
@@ -183,7 +184,7 @@ def test_splits_add_up_to_the_measured_step(scenario):
         assert all(getattr(sp, f"{p}_ms") >= 0 for p in PHASES)
         assert 0 <= sp.explained_share <= 1
         assert sp.explained_share == pytest.approx(1 - sp.other_ms / sp.step_ms)
-        assert sum(sp.shares().values()) == pytest.approx(1.0)
+        assert sum(sp.shares.values()) == pytest.approx(1.0)
         # the op time is really there: ops explain a fair part of a compiled step
         if scenario != "mlp_pynative":
             assert sp.forward_ms > 0 and sp.backward_ms > 0 and sp.optimizer_ms > 0
@@ -214,7 +215,7 @@ def test_overlapping_ops_are_scaled_to_fit():
     sp = compute_splits(prof, steps, step_ms, data_ms)
     assert sp.other_ms == 0 and sp.explained_share == 1
     assert sum(getattr(sp, f"{p}_ms") for p in PHASES) == pytest.approx(step_ms, rel=1e-12)
-    assert "scaled x0.8" in sp.step_source
+    assert "scaled x0.400" in sp.step_source
     unscaled = compute_splits(prof, steps, op_ms * 2, 0.0)
     assert sp.communication_ms / sp.backward_ms == pytest.approx(unscaled.communication_ms / unscaled.backward_ms)
 
@@ -302,7 +303,7 @@ def test_csv_with_wrong_header(tmp_path):
     root = _copy_root("mlp_graph", tmp_path)
     csv = root / "FRAMEWORK" / "cpu_op_detail_info_0.csv"
     csv.write_text("op_type,name,time\nMatMul,x,1\n")
-    with pytest.raises(ProfileError, match=r"cpu_op_detail_info_0\.csv: missing column\(s\) full_op_name"):
+    with pytest.raises(ProfileError, match=r"cpu_op_detail_info_0\.csv: missing column\(s\) op_name, full_op_name.*expected op_type"):
         load_profile(root)
 
 
@@ -311,11 +312,21 @@ def test_truncated_timestamps(tmp_path):
     ts = root / "FRAMEWORK" / "cpu_op_execute_timestamp_0.txt"
     lines = ts.read_text().splitlines(keepends=True)
     ts.write_text("".join(lines[: len(lines) // 2]))  # whole lines lost: the op table no longer matches
-    with pytest.raises(ProfileError, match=r"cpu_op_execute_timestamp_0\.txt: no launches of"):
+    with pytest.raises(ProfileError, match=r"cpu_op_execute_timestamp_0\.txt: 0 launches of .* counts \d+"):
         load_profile(root)
     ts.write_text("".join(lines)[:-7])  # cut mid-record
     with pytest.raises(ProfileError, match=r"cpu_op_execute_timestamp_0\.txt"):
         load_profile(root)
+
+
+def test_memory_peak_only_within_the_profiled_window(tmp_path):
+    """A second profiler session in one process writes a memory record from the first session's start on."""
+    root = _copy_root("mlp_graph", tmp_path)
+    mem = root / "FRAMEWORK" / "cpu_ms_memory_record_0.txt"
+    header, first, *rest = mem.read_text().splitlines()
+    earlier = int(first.split(",")[0]) - 10**9  # one second before this session's first record
+    mem.write_text("\n".join([header, f"{earlier},999999999999,1073741824,999999999999", first, *rest]) + "\n")
+    assert load_profile(root).peak_allocated_bytes == profiles("mlp_graph")[0].peak_allocated_bytes
 
 
 def test_db_only_export(tmp_path):
@@ -395,9 +406,12 @@ SESSION_SCRIPT = textwrap.dedent(
 def test_profiler_session_end_to_end(tmp_path):
     pytest.importorskip("mindspore")
     out = tmp_path / "profile"
+    script = tmp_path / "session.py"  # GRAPH mode parses the Cells' source: `python -c` cannot compile them
+    script.write_text(SESSION_SCRIPT)
     proc = subprocess.run(
-        [sys.executable, "-c", SESSION_SCRIPT, str(out)],
-        capture_output=True, text=True, timeout=120, cwd=REPO, env={**__import__("os").environ, "GLOG_v": "3"},
+        [sys.executable, str(script), str(out)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,  # MindSpore dumps rank_0/ there on a failure
+        env={**os.environ, "GLOG_v": "3", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     info = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -410,3 +424,12 @@ def test_profiler_session_end_to_end(tmp_path):
     assert prof.peak_allocated_bytes and prof.peak_allocated_bytes > 0
     sp = compute_splits(prof, 3, info["step_ms"], 0.0)
     assert sum(getattr(sp, f"{p}_ms") for p in PHASES) == pytest.approx(info["step_ms"])
+
+
+def test_two_runs_in_one_folder(tmp_path):
+    root = _copy_root("mlp_graph", tmp_path)
+    shutil.copytree(root, root.parent / root.name.replace("_2026", "_2027"))
+    with pytest.raises(ProfileError, match="two profiler folders for rank 0.*keep one run"):
+        load_profile(root.parent)
+    with pytest.raises(ProfileError, match="two profiler folders for rank 0"):
+        load_profile(root.parent, rank=0)

@@ -74,7 +74,7 @@ def test_columns_shapes_dtypes_and_shifted_labels():
             assert cols[name].dtype == np.int32 and cols[name].shape == (n, SMALL["seq_len"])
         np.testing.assert_array_equal(cols["labels"][:, :-1], cols["tokens"][:, 1:])
     assert w.tokens_per_sample == SMALL["seq_len"]
-    assert len(w.recompute_cells) == SMALL["n_layers"]
+    assert w.recompute_cell_names == [f"blocks.{i}" for i in range(SMALL["n_layers"])]
     assert w.flops_per_sample > 6 * (w.extra["n_params"] - 256 * 64 - 16 * 64) * SMALL["seq_len"]
 
 

@@ -1,10 +1,31 @@
-"""The HTML report (placeholder until the report module lands): the Markdown tables are always written."""
+"""The HTML report: ``write_report(DIR)`` turns a sweep folder into one self-contained ``DIR/report.html``.
+
+Self-contained means: figures are embedded PNGs (``data:`` URIs), the CSS is inline, there is no JavaScript, and a
+Content-Security-Policy forbids fetching anything, so the file opens offline and shows the same thing everywhere.
+Modules: ``load`` (results.json + trial.json files), ``figures`` (matplotlib -> PNG), ``notes`` (bottleneck
+notes), ``html`` (context and jinja2 rendering, templates in ``templates/``).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+
+from perftune.errors import UserError
+from perftune.store import write_text_atomic
+
+REPORT_NAME = "report.html"
 
 
-def write_report(out_dir: Path) -> Optional[Path]:
-    return None
+def write_report(out_dir: Path) -> Path:
+    """Write ``out_dir/report.html`` from ``out_dir/results.json`` and return its path."""
+    from perftune.report.html import build_context, render
+    from perftune.report.load import load_folder
+
+    out_dir = Path(out_dir)
+    if not (out_dir / "results.json").is_file():
+        what = "no such folder" if not out_dir.exists() else "no results.json in it (not a perftune sweep folder)"
+        raise UserError(f"{out_dir}: {what}")
+    html = render(build_context(load_folder(out_dir)))
+    path = out_dir / REPORT_NAME
+    write_text_atomic(path, html)
+    return path

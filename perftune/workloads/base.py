@@ -31,11 +31,12 @@ class Workload:
     preprocess: Optional[Callable[..., tuple]] = None
     #: tokens per sample for language models (tokens/s is reported where set)
     tokens_per_sample: Optional[int] = None
-    #: cells to recompute when the ``recompute`` knob is on (e.g. transformer blocks)
-    recompute_cells: list = field(default_factory=list)
+    #: names (as in ``network.cells_and_names()``) of the cells to recompute when the ``recompute`` knob is on,
+    #: e.g. the transformer blocks.  Names, not objects: AMP O1 rewrites the network into new cell objects.
+    recompute_cell_names: list[str] = field(default_factory=list)
     #: forward+backward FLOPs for one sample (for MFU); None when unknown
     flops_per_sample: Optional[float] = None
-    #: ``generate(network, prompt_len, new_tokens) -> list[int]`` greedy sample for repetition checks (LMs only)
+    #: ``generate(network, new_tokens) -> list[int]`` greedy sample for repetition checks (LMs only)
     generate: Optional[Callable[[Any, int], list]] = None
     #: turns generated ids back into text for the report
     decode: Optional[Callable[[list], str]] = None

@@ -108,6 +108,6 @@ def build(params: dict, seed: int) -> Workload:
         val_columns={"x": x_val, "label": y_val},
         label_column="label",
         preprocess=preprocess if delay_s > 0 else None,
-        recompute_cells=list(network.blocks),
+        recompute_cell_names=[f"blocks.{i}" for i in range(p["layers"])],
         flops_per_sample=6.0 * weights,  # forward 2*weights, backward 4*weights multiply-adds
     )

@@ -247,16 +247,12 @@ def build(params: dict, seed: int) -> Workload:
         val_columns={"tokens": val_tokens, "labels": val_labels},
         label_column="labels",
         tokens_per_sample=seq_len,
-        recompute_cells=list(network.blocks),
+        recompute_cell_names=[f"blocks.{i}" for i in range(n_layers)],
         flops_per_sample=flops_per_sample,
         generate=generate,
         decode=decode,
         extra={
             "prompt": prompt.decode("utf-8", errors="replace"),
-            # auto_mixed_precision(..., "O1") returns a rewritten copy of the network (same Parameters, new Cell
-            # objects), which does not contain the cells in recompute_cells: look the blocks up by these names in
-            # the network actually trained, e.g. dict(net.cells_and_names())[name].recompute()
-            "recompute_cell_names": [f"blocks.{i}" for i in range(n_layers)],
             "params": p,
             "n_params": n_params,
             "corpus_bytes_read": len(corpus),

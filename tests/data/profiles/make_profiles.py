@@ -224,8 +224,6 @@ def _prune_into(root: Path, dest: Path, rank: int) -> list[str]:
 
 
 def run_scenario(name: str) -> None:
-    from perftune.profiling import compute_splits, load_profile, top_ops
-
     cfg = SCENARIOS[name]
     workers = cfg.get("workers", 1)
     dest = HERE / name
@@ -279,45 +277,69 @@ def run_scenario(name: str) -> None:
         "command": f".venv/bin/python tests/data/profiles/make_profiles.py {name}",
         "worker_command": shown_cmd,
     }
+    expected["not_kept"] = {str(r): d for r, d in dropped.items()}
     (dest / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
+    write_readme(name)
+    print(f"[{name}] written to {dest} ({wall:.1f} s)")
 
+
+def write_readme(name: str) -> None:
+    """README.md of a real fixture from its expected.json and the splits the parser gives now (no re-measuring)."""
+    from perftune.profiling import compute_splits, load_profile, top_ops
+
+    dest = HERE / name
+    exp = json.loads((dest / "expected.json").read_text())
+    steps, workers = exp["profiled_steps"], exp["workers"]
     lines = []
-    for r, tm in timings.items():
-        prof = load_profile(dest / tm["profile_root"], rank=r)
+    for r, tm in exp["ranks"].items():
+        prof = load_profile(dest / tm["profile_root"], rank=int(r))
         sp = compute_splits(prof, steps, tm["step_ms"], tm["data_wait_ms"])
-        shares = sp.shares()
-        lines.append(f"\nRank {r} (`{tm['profile_root']}`): profiled step {tm['step_ms']:.3f} ms (data wait "
-                     f"{tm['data_wait_ms']:.3f} ms) over {steps} steps; unprofiled median "
-                     f"{tm['unprofiled_step_ms_median']:.3f} ms over {tm['unprofiled_steps']} steps; analyse "
-                     f"{tm['analyse_s']:.2f} s; allocator peak {prof.peak_allocated_bytes} bytes.\n")
+        shares = sp.shares
+        overhead = tm["step_ms"] / tm["unprofiled_step_ms_median"]
+        lines.append(
+            f"\n### Rank {r} (`{tm['profile_root']}`)\n\nProfiled step {tm['step_ms']:.3f} ms (of which data wait "
+            f"{tm['data_wait_ms']:.3f} ms), mean of {steps} steps; unprofiled median {tm['unprofiled_step_ms_median']:.3f}"
+            f" ms over {tm['unprofiled_steps']} steps before and after (ratio {overhead:.2f}); analyse "
+            f"{tm['analyse_s']:.2f} s; allocator peak {prof.peak_allocated_bytes} bytes.\n"
+        )
         lines.append("| phase | ms/step | share |\n|---|---:|---:|")
         for p in ("data", "forward", "backward", "optimizer", "communication", "other"):
             lines.append(f"| {p} | {getattr(sp, p + '_ms'):.3f} | {shares[p]:.1%} |")
-        lines.append(f"| **step** | {sp.step_ms:.3f} | explained {sp.explained_share:.1%} |")
-        lines.append(f"\nstep_source: {sp.step_source}\n")
-        lines.append("Top ops: " + "; ".join(f"`{o.name}` {o.phase} {o.total_ms / steps:.3f} ms/step"
-                                            for o in top_ops(prof, 5)))
-        if dropped[r]:
-            lines.append(f"\nNot kept: {', '.join(dropped[r])}.")
-    readme = f"""# {name}: real MindSpore {_ms_version()} CPU profiler output
+        total = sum(getattr(sp, p + "_ms") for p in ("data", "forward", "backward", "optimizer", "communication", "other"))
+        lines.append(f"| **sum** | {total:.3f} | explained {sp.explained_share:.1%} |")
+        lines.append(f"\nstep_source: `{sp.step_source}`\n")
+        lines.append("Top ops: " + "; ".join(f"`{o.name}` ({o.phase}) {o.total_ms / steps:.3f} ms/step"
+                                            for o in top_ops(prof, 5)) + ".")
+        if exp.get("not_kept", {}).get(r):
+            lines.append(f"\nNot kept: {', '.join(exp['not_kept'][r])}.")
+    what = (f"an MLP {IN_DIM}-{HIDDEN}-{HIDDEN}-{CLASSES}, batch {BATCH}, Adam, {exp['mode'].upper()} mode, the burst's "
+            "TrainStep cell form")
+    if workers > 1:
+        what += f", {workers} workers with DATA_PARALLEL, gradients_mean and nn.DistributedGradReducer"
+    readme = f"""# {name}: real MindSpore {exp['mindspore_version']} CPU profiler output
 
-Produced by (from the repository root, on a 2-core CPU machine):
+Produced on a 2-core CPU machine (shared, so step times are noisy) by, from the repository root:
 
-    .venv/bin/python tests/data/profiles/make_profiles.py {name}
+    {exp['command']}
 
-which ran {'msrun with ' + str(workers) + ' workers: ' if workers > 1 else 'in a fresh process: '}`{shown_cmd}`
-(an MLP {IN_DIM}-{HIDDEN}-{HIDDEN}-{CLASSES}, batch {BATCH}, Adam, {cfg['mode'].upper()} mode, the burst's TrainStep cell
-form{', DATA_PARALLEL with gradients_mean and nn.DistributedGradReducer' if workers > 1 else ''}; 1 compile + 20
-warm-up steps, unprofiled steps before and after, then {steps} profiled steps with `ProfilerSession`).
+which ran {'msrun' if workers > 1 else 'a fresh process'}:
 
-`expected.json` holds the step times the generating process measured itself for the profiled steps (per rank under
-`ranks`): the splits must add up to `step_ms`, which includes `data_wait_ms`.  Only the files the parser reads are
-kept (op table, per-launch timestamps, memory record, trace_view.json where under {MAX_FILE_BYTES // 1000} KB).
+    {exp['worker_command']}
 
-Splits as parsed when the fixture was made:
+Workload: {what}.
+
+Steps: 1 compile, 20 warm-up, {exp['ranks']['0']['unprofiled_steps'] // 2} unprofiled, {steps} profiled with
+`perftune.profiling.ProfilerSession`, {exp['ranks']['0']['unprofiled_steps'] // 2} unprofiled; each timed as a burst
+does (perf_counter around `next(iterator)` and around the step including `loss.asnumpy()`).
+
+`expected.json` holds what the generating process measured for the profiled steps (per rank under `ranks`; the
+top-level `step_ms` / `data_wait_ms` are rank 0's): the splits must add up to `step_ms`, which includes
+`data_wait_ms`.  Only the files the parser reads are kept: the op table, the per-launch timestamps, the memory
+record and `trace_view.json` (each under {MAX_FILE_BYTES // 1000} KB).
+
+## Splits as the parser gives them (refresh with `make_profiles.py --readme-only {name}`)
 """ + "\n".join(lines) + "\n"
     (dest / "README.md").write_text(readme)
-    print(f"[{name}] written to {dest} ({wall:.1f} s)")
 
 
 def _ms_version() -> str:
@@ -445,6 +467,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("scenario", nargs="?", default="all", choices=["all", *SCENARIOS, "ascend_layout"])
     # worker options: named so that none is a prefix of an msrun option (msrun parses the script's options too)
+    ap.add_argument("--readme-only", action="store_true", help="rewrite the README.md of existing fixtures")
     ap.add_argument("--as-worker", dest="worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--run-mode", dest="mode", default="graph", help=argparse.SUPPRESS)
     ap.add_argument("--nsteps", dest="profiled_steps", type=int, default=8, help=argparse.SUPPRESS)
@@ -457,6 +480,11 @@ def main() -> None:
         worker(args)
         return
     names = [*SCENARIOS, "ascend_layout"] if args.scenario == "all" else [args.scenario]
+    if args.readme_only:
+        for name in names:
+            if name in SCENARIOS:
+                write_readme(name)
+        return
     for name in names:
         if name == "ascend_layout":
             make_ascend_layout()

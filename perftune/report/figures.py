@@ -1,0 +1,261 @@
+"""The report's figures: matplotlib (Agg, no pyplot, no global state) in, base64 PNG ``data:`` URIs out.
+
+Each function takes plain rows (dicts or a DataFrame from ``perftune.tables``) and returns ``None`` when there is
+nothing to draw, so the template can say why a figure is missing instead of showing an empty frame.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from typing import Optional, Sequence
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from perftune.records import PHASES
+
+WIDTH_IN = 8.0
+DPI = 110
+PHASE_COLORS = {"data": "#e69f00", "forward": "#0072b2", "backward": "#56b4e9", "optimizer": "#cc79a7",
+                "communication": "#d55e00", "other": "#bbbbbb"}
+VERDICT_COLORS = {"baseline": "#7f7f7f", "kept": "#2e8b57", "slower": "#c0392b", "accuracy rejected": "#c0392b",
+                  "not significant": "#9db4c8", "no effect": "#9db4c8", "dropped": "#9db4c8", "measured": "#8e7cc3"}
+CURVE_COLORS = ["#555555", "#0072b2", "#2e8b57", "#e69f00", "#cc79a7", "#d55e00", "#56b4e9", "#8e7cc3"]
+
+
+def _png(fig: Figure) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _height(n_rows: int) -> float:
+    return 1.3 + 0.34 * max(n_rows, 1)
+
+
+def _ok(value) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def _style(ax, xlabel: str) -> None:
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def splits_figure(rows: Sequence[dict]) -> Optional[str]:
+    """Stacked horizontal bars of ms per step by phase.
+
+    ``rows``: ``label``, ``<phase>_ms`` (None without a profile), ``step_ms`` and ``data_wait_ms`` (burst timing,
+    drawn hatched as "data wait" + "not profiled" when the profile is missing).
+    """
+    rows = [r for r in rows if _ok(r.get("data_ms")) or (_ok(r.get("step_ms")) and _ok(r.get("data_wait_ms")))]
+    if not rows:
+        return None
+    fig = Figure(figsize=(WIDTH_IN, _height(len(rows))))
+    ax = fig.subplots()
+    labels = [r["label"] for r in rows]
+    y = list(range(len(rows)))
+    left = [0.0] * len(rows)
+    for phase in PHASES:
+        widths = [r.get(f"{phase}_ms") if _ok(r.get("data_ms")) else 0.0 for r in rows]
+        widths = [w or 0.0 for w in widths]
+        if any(widths):
+            ax.barh(y, widths, left=left, color=PHASE_COLORS[phase], label=phase, height=0.65)
+        left = [a + b for a, b in zip(left, widths)]
+    unprofiled = [i for i, r in enumerate(rows) if not _ok(r.get("data_ms"))]
+    if unprofiled:
+        wait = [rows[i]["data_wait_ms"] for i in unprofiled]
+        rest = [max(rows[i]["step_ms"] - rows[i]["data_wait_ms"], 0.0) for i in unprofiled]
+        ax.barh(unprofiled, wait, color=PHASE_COLORS["data"], hatch="//", edgecolor="white", height=0.65,
+                label="data wait (burst timing)")
+        ax.barh(unprofiled, rest, left=wait, color="#dddddd", hatch="//", edgecolor="white", height=0.65,
+                label="rest of step (not profiled)")
+    ax.set_yticks(y, labels)
+    ax.invert_yaxis()
+    _style(ax, "time per step (ms)")
+    ax.set_title("Where the step time goes, per trial")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.9 / _height(len(rows))), ncol=6, frameon=False,
+              fontsize="small")
+    return _png(fig)
+
+
+def throughput_figure(rows: Sequence[dict]) -> Optional[str]:
+    """Median throughput per trial; whiskers span the slowest and fastest timed window of that process.
+
+    ``rows``: ``label``, ``verdict``, ``samples_per_s``, ``window_min``, ``window_max``, ``speedup_text``.
+    """
+    rows = [r for r in rows if _ok(r.get("samples_per_s"))]
+    if not rows:
+        return None
+    fig = Figure(figsize=(WIDTH_IN, _height(len(rows))))
+    ax = fig.subplots()
+    y = list(range(len(rows)))
+    values = [r["samples_per_s"] for r in rows]
+    lo = [max(v - (r.get("window_min") or v), 0.0) for v, r in zip(values, rows)]
+    hi = [max((r.get("window_max") or v) - v, 0.0) for v, r in zip(values, rows)]
+    colors = [VERDICT_COLORS.get(r.get("verdict"), "#9db4c8") for r in rows]
+    ax.barh(y, values, xerr=[lo, hi], color=colors, height=0.65, capsize=3, error_kw={"elinewidth": 1})
+    top = max(v + h for v, h in zip(values, hi))
+    for i, r in enumerate(rows):
+        text = r.get("speedup_text") or ""
+        if text:
+            ax.text(values[i] + hi[i] + top * 0.01, i, text, va="center", fontsize="small")
+    ax.set_xlim(0, top * 1.35)
+    ax.set_yticks(y, [r["label"] for r in rows])
+    ax.invert_yaxis()
+    _style(ax, "throughput (samples/s); whiskers: slowest to fastest timed window")
+    ax.set_title("Throughput per trial (text: speed-up vs baseline [95% CI])")
+    return _png(fig)
+
+
+def waterfall_figure(ablation: pd.DataFrame, final: Optional[tuple[float, float, float]]) -> Optional[str]:
+    """Cumulative speed-up over the baseline, one stack step at a time; ``final`` is (ratio, ci_low, ci_high).
+
+    ``ablation`` is ``perftune.tables.ablation_table`` with an optional ``change_label`` column (the step's own
+    change, shorter than the cumulative configuration).
+    """
+    if ablation.empty or len(ablation) < 2:
+        return None
+    fig = Figure(figsize=(WIDTH_IN, 3.6))
+    ax = fig.subplots()
+    level = 1.0
+    names, x = [], 0
+    ax.bar(x, 1.0, color=VERDICT_COLORS["baseline"], width=0.6)
+    ax.text(x, 1.0, "x1.00", ha="center", va="bottom", fontsize="small")
+    names.append("baseline")
+    for _, row in ablation.iloc[1:].iterrows():
+        x += 1
+        ax.plot([x - 0.7, x - 0.3], [level, level], color="#999999", linewidth=0.8, linestyle=":")
+        names.append(row.get("change_label") or row["configuration"])
+        cumulative = row.get("speedup")
+        if bool(row.get("kept")) and _ok(cumulative):
+            bottom, height = min(level, cumulative), abs(cumulative - level)
+            color = VERDICT_COLORS["kept"] if cumulative >= level else VERDICT_COLORS["slower"]
+            ax.bar(x, height, bottom=bottom, color=color, width=0.6)
+            ax.text(x, max(level, cumulative), f"x{cumulative:.2f}", ha="center", va="bottom", fontsize="small")
+            level = cumulative
+        else:
+            ax.plot([x - 0.3, x + 0.3], [level, level], color="#999999", linewidth=2)
+            ax.text(x, level, "dropped", ha="center", va="bottom", fontsize="small", color="#666666")
+    x += 1
+    ax.plot([x - 0.7, x - 0.3], [level, level], color="#999999", linewidth=0.8, linestyle=":")
+    names.append("final (= baseline)" if not final and level == 1.0 else "final")
+    value = final[0] if final else level
+    err = None
+    if final:
+        err = [[max(value - final[1], 0.0)], [max(final[2] - value, 0.0)]]
+    ax.bar(x, value, color="#1f5f3f", width=0.6, yerr=err, capsize=4)
+    ax.text(x + 0.32, value, f"x{value:.2f}" + (f"\n[{final[1]:.2f}, {final[2]:.2f}]" if final else ""),
+            ha="left", va="center", fontsize="small")
+    ax.axhline(1.0, color="#777777", linewidth=0.8, linestyle="--")
+    ax.set_xticks(range(len(names)), names, rotation=15, ha="right")
+    ax.set_ylabel("speed-up over baseline (x, throughput ratio)")
+    ax.set_title("Cumulative speed-up (waterfall); final bar: 95% CI")
+    ax.set_xlim(-0.6, x + 1.2)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    return _png(fig)
+
+
+def _smooth(values: list[float], window: int) -> list[float]:
+    return list(pd.Series(values).rolling(window, min_periods=1, center=True).mean())
+
+
+def _coincide(curves: Sequence[dict]) -> bool:
+    """All curves hold the same losses at the same samples seen (deterministic runs: one line hides the others)."""
+    drawn = [c["points"] for c in curves if c.get("points")]
+    return len(drawn) > 1 and all(
+        len(p) == len(drawn[0]) and all(a[0] == b[0] and abs(a[1] - b[1]) <= 1e-6 * max(abs(b[1]), 1.0)
+                                        for a, b in zip(p, drawn[0])) for p in drawn[1:])
+
+
+def loss_figure(curves: Sequence[dict], metric: str, tolerance: Optional[float]) -> Optional[str]:
+    """Training loss against samples seen (same data order and initial weights) plus the gated metric per config.
+
+    ``curves``: ``label``, ``points`` [(samples_seen, loss)], ``value`` (the metric at ``samples_seen``),
+    ``rejected`` (drawn dashed red). The first curve is the baseline; the gate rejects values above
+    baseline x (1 + ``tolerance``) (only a worsening counts), shaded red on the right.
+    """
+    curves = [c for c in curves if c.get("points") or _ok(c.get("value"))]
+    if not curves:
+        return None
+    fig = Figure(figsize=(WIDTH_IN, 3.6))
+    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [2.2, 1]})
+    for i, c in enumerate(curves):
+        color = "#c0392b" if c.get("rejected") else CURVE_COLORS[i % len(CURVE_COLORS)]
+        if c.get("points"):
+            xs = [p[0] for p in c["points"]]
+            ys = [p[1] for p in c["points"]]
+            left.plot(xs, ys, color=color, alpha=0.25, linewidth=0.8)
+            left.plot(xs, _smooth(ys, 5), color=color, linewidth=1.6, label=c["label"],
+                      linestyle="--" if c.get("rejected") else "-")
+    if _coincide(curves):
+        left.text(0.98, 0.97, "all curves coincide (identical losses)", transform=left.transAxes, ha="right",
+                  va="top", fontsize="x-small", color="#555555")
+    left.set_xlabel("samples seen")
+    left.set_ylabel("training loss")
+    left.set_title("Training loss (faint: per step; line: 5-step mean)", fontsize="medium")
+    left.legend(fontsize="x-small", frameon=False, loc="lower left")
+    left.grid(alpha=0.3)
+    valued = [c for c in curves if _ok(c.get("value"))]
+    if valued:
+        values = [c["value"] for c in valued]
+        base = curves[0].get("value") if _ok(curves[0].get("value")) else None
+        limit = base * (1 + tolerance) if base is not None and tolerance is not None else None
+        lo, hi = min(values + ([limit] if limit else [])), max(values + ([limit] if limit else []))
+        pad = (hi - lo) * 0.3 or abs(hi) * 0.05 or 1.0
+        right.set_xlim(lo - pad, hi + pad)
+        if limit is not None:
+            right.axvspan(limit, hi + pad, color="#c0392b", alpha=0.12)
+            right.axvline(limit, color="#c0392b", linewidth=0.8)
+            right.text(limit, -0.6, f" rejected above\n baseline +{tolerance:.0%}", fontsize="x-small",
+                       color="#c0392b", va="bottom")
+        if base is not None:
+            right.axvline(base, color="#777777", linewidth=0.8, linestyle="--")
+        for i, c in enumerate(valued):
+            color = "#c0392b" if c.get("rejected") else CURVE_COLORS[curves.index(c) % len(CURVE_COLORS)]
+            right.plot([c["value"]], [i], "o", color=color)
+        right.set_yticks(range(len(valued)), [c["label"] for c in valued], fontsize="x-small")
+        right.yaxis.tick_right()
+        right.set_ylim(len(valued) - 0.5, -0.9)
+        samples = valued[0].get("samples_seen")
+        right.set_xlabel(f"{metric}" + (f" after {samples} samples" if samples else ""))
+        right.set_title("Accuracy gate", fontsize="medium")
+        right.grid(axis="x", alpha=0.3)
+    else:
+        right.set_axis_off()
+    return _png(fig)
+
+
+def memory_figure(rows: Sequence[dict]) -> Optional[str]:
+    """Peak memory per trial: host RSS of the burst process and, when known, the allocator / device peak.
+
+    ``rows``: ``label``, ``host_rss_mb``, ``peak_mem_mb`` (either may be None).
+    """
+    rows = [r for r in rows if _ok(r.get("host_rss_mb")) or _ok(r.get("peak_mem_mb"))]
+    if not rows:
+        return None
+    panels = [(key, title) for key, title in (("host_rss_mb", "host RSS peak (MB)"),
+                                              ("peak_mem_mb", "allocator / device peak (MB)"))
+              if any(_ok(r.get(key)) for r in rows)]
+    fig = Figure(figsize=(WIDTH_IN, _height(len(rows))))
+    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    y = list(range(len(rows)))
+    for ax, (key, title) in zip(axes, panels):
+        values = [r.get(key) if _ok(r.get(key)) else 0.0 for r in rows]
+        ax.barh(y, values, color="#6a8caf", height=0.65)
+        for i, v in enumerate(values):
+            ax.text(v, i, f" {v:.1f}" if v else " n/a", va="center", fontsize="x-small")
+        ax.set_xlim(0, max(values) * 1.25 or 1)
+        _style(ax, title)
+    axes[0].set_yticks(y, [r["label"] for r in rows])
+    axes[0].invert_yaxis()
+    fig.suptitle("Peak memory per trial")
+    return _png(fig)

@@ -1,0 +1,297 @@
+"""The report's context (what each section shows, already formatted) and its rendering with jinja2.
+
+The tables come from ``perftune.tables`` (the same DataFrames as ablation.csv / singles.csv), the figures from
+``figures``, the bottleneck lines from ``notes``.  Every string from the results goes through jinja2's autoescape:
+op names, reasons and log tails are data, never markup.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Optional
+
+import jinja2
+import pandas as pd
+import yaml
+
+from perftune import __version__ as perftune_version
+from perftune.records import PHASES, SweepTrial
+from perftune.report import figures
+from perftune.report.load import SweepFolder
+from perftune.report.notes import bottleneck_note
+from perftune.sweep import FAILED, label_of
+from perftune.tables import ablation_table, loo_table, singles_table
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+REJECTED = ("slower", "not significant", "accuracy rejected", "no effect", "dropped")
+LOG_TAIL_LINES = 40
+TOP_OPS = 10
+
+
+# -- formatting ------------------------------------------------------------------------------------------------------
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def num(value: Any, fmt: str = ".1f") -> str:
+    return "" if _missing(value) else format(value, fmt)
+
+
+def speedup_text(ratio: Any, low: Any = None, high: Any = None) -> str:
+    if _missing(ratio):
+        return ""
+    if _missing(low) or _missing(high):
+        return f"x{ratio:.2f}"
+    return f"x{ratio:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def duration(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "unknown"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    return f"{minutes} min {secs:02d} s" if minutes else f"{seconds:.1f} s"
+
+
+def utc_text(stamp: Optional[str]) -> str:
+    if not stamp:
+        return ""
+    try:
+        return datetime.fromisoformat(stamp).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except ValueError:
+        return stamp
+
+
+def verdict_class(verdict: str) -> str:
+    if verdict == "kept":
+        return "good"
+    if verdict in ("slower", "accuracy rejected") or verdict in FAILED:
+        return "bad"
+    if verdict == "baseline":
+        return "base"
+    return "muted"
+
+
+def display_label(trial: SweepTrial) -> str:
+    return f"{trial.label} (run {trial.replicate + 1})" if trial.kind == "baseline" else trial.label
+
+
+# -- tables ----------------------------------------------------------------------------------------------------------
+def table(df: pd.DataFrame, metric: str) -> dict:
+    """A ``perftune.tables`` DataFrame as header + formatted rows (empty columns are left out)."""
+    columns = [("configuration", "configuration"), ("verdict", "verdict"), ("samples/s", "samples_per_s"),
+               ("speed-up [95% CI]", "speedup"), ("step (ms)", "step_ms"), (metric, metric),
+               (f"{metric} change", "change"), ("verdict reason", "reason")]
+    rows = []
+    for _, r in df.iterrows():
+        verdict = str(r.get("verdict") or "")
+        rows.append({
+            "configuration": str(r["configuration"]), "verdict": verdict, "class": verdict_class(verdict),
+            "samples_per_s": num(r.get("samples_per_s"), ".1f"),
+            "speedup": speedup_text(r.get("speedup"), r.get("speedup_ci_low"), r.get("speedup_ci_high")),
+            "step_ms": num(r.get("step_ms"), ".2f"), metric: num(r.get(metric), ".4f"),
+            "change": num(r.get(f"{metric}_change"), "+.1%"), "reason": str(r.get("reason") or ""),
+            "trial_id": str(r.get("trial_id") or ""),
+        })
+    keep = [(h, k) for h, k in columns if k in ("configuration", "verdict", "reason") or any(row[k] for row in rows)]
+    return {"columns": keep, "rows": rows}
+
+
+def _by_label_frame(folder: SweepFolder, singles: pd.DataFrame, ablation: pd.DataFrame,
+                    loo: pd.DataFrame) -> pd.DataFrame:
+    """One row per distinct trial, in sweep order, from the tables' DataFrames."""
+    frames = [f for f in (singles, ablation, loo) if not f.empty and "trial_id" in f]
+    if not frames:
+        return pd.DataFrame()
+    df = pd.concat(frames, ignore_index=True).dropna(subset=["trial_id"]).drop_duplicates("trial_id")
+    order = {t.trial_id: i for i, t in enumerate(folder.trials)}
+    df = df[df["trial_id"].isin(order)].copy()
+    df["order"] = df["trial_id"].map(order)
+    return df.sort_values("order").set_index("trial_id")
+
+
+# -- sections --------------------------------------------------------------------------------------------------------
+def _counts(folder: SweepFolder) -> dict:
+    verdicts = [t.verdict for t in folder.trials]
+    return {
+        "run": len(folder.trials),
+        "kept": sum(v == "kept" for v in verdicts),
+        "rejected": sum(v in REJECTED for v in verdicts),
+        "failed": sum(v in FAILED for v in verdicts),
+        "baseline_runs": sum(t.kind == "baseline" for t in folder.trials),
+        "leave_one_out": sum(t.kind == "leave_one_out" for t in folder.trials),
+        "reused": sum(t.reused for t in folder.trials),
+    }
+
+
+def _summary(folder: SweepFolder, metric: str) -> dict:
+    res = folder.result
+    by_id = folder.by_id
+    best = by_id.get(res.best_trial_id or "")
+    base = next((t for t in folder.trials if t.kind == "baseline" and t.result.status == "ok"), None)
+    b = res.best_vs_baseline
+    acc = None
+    if best is not None and base is not None and best.trial_id != base.trial_id:
+        base_value = getattr(base.result.accuracy, metric, None) if base.result.accuracy else None
+        best_value = getattr(best.result.accuracy, metric, None) if best.result.accuracy else None
+        change = best.accuracy_changes.get(metric)
+        acc = f"{metric} {num(base_value, '.4f') or 'n/a'} -> {num(best_value, '.4f') or 'n/a'}" + \
+              (f" ({change:+.1%})" if change is not None else "")
+    env = res.environment or next((t.result.environment for t in folder.trials if t.result.environment), None)
+    aa = res.aa_check
+    aa_text = aa_note = None
+    if aa is not None:
+        aa_text = f"{speedup_text(aa.ratio, aa.ci_low, aa.ci_high)}: {aa.verdict}"
+        aa_note = ("the baseline measured again agrees with itself within the noise" if aa.verdict == "not significant"
+                   else "the same configuration measured twice differed: the machine was not steady, so treat small "
+                        "gains with care")
+    tolerance = (res.plan.get("accuracy") or {}).get("rel_tolerance")
+    return {
+        "best_label": res.best_label or "none (the baseline failed)",
+        "best_is_baseline": res.best_label == "baseline",
+        "speedup": f"{b.ci_low:.2f} to {b.ci_high:.2f}" if b else None,
+        "speedup_ratio": f"x{b.ratio:.2f}" if b else None,
+        "accuracy": acc,
+        "tolerance": f"{tolerance:.0%}" if tolerance is not None else None,
+        "counts": _counts(folder),
+        "wall": duration(res.wall_s),
+        "started": utc_text(res.started_utc), "finished": utc_text(res.finished_utc), "status": res.status,
+        "machine": f"{env.cpu_model}, {env.cpu_count} cores" if env else "unknown",
+        "device": env.device if env else res.plan.get("device"),
+        "host": env.host if env else None,
+        "mindspore": env.mindspore_version if env else "unknown",
+        "python": env.python_version if env else None,
+        "git_commit": env.git_commit if env else None,
+        "aa": aa_text, "aa_ok": aa is not None and aa.verdict == "not significant", "aa_note": aa_note,
+        "order_rule": res.order_rule,
+    }
+
+
+def _trial_rows(folder: SweepFolder, frame: pd.DataFrame) -> list[dict]:
+    """Per distinct trial: figure inputs, the bottleneck note and the trace link."""
+    rows = []
+    for t in folder.trials:
+        r = t.result
+        f = frame.loc[t.trial_id] if t.trial_id in frame.index else pd.Series(dtype=object)
+        windows = [w.samples_per_s for w in r.windows]
+        href = folder.trace_href(t)
+        splits = r.profile.splits if r.profile else None
+        note = bottleneck_note(r)
+        rows.append({
+            "trial_id": t.trial_id, "label": display_label(t), "kind": t.kind, "verdict": t.verdict,
+            "class": verdict_class(t.verdict), "status": r.status,
+            "samples_per_s": f.get("samples_per_s"), "step_ms": r.step_ms_median,
+            "data_wait_ms": r.data_wait_ms_median,
+            "window_min": min(windows) if windows else None, "window_max": max(windows) if windows else None,
+            "speedup_text": speedup_text(f.get("speedup"), f.get("speedup_ci_low"), f.get("speedup_ci_high"))
+            if t.kind != "baseline" else ("reference" if t.replicate == 0 else ""),
+            **{f"{p}_ms": f.get(f"{p}_ms") for p in PHASES},
+            "host_rss_mb": f.get("host_rss_mb"), "peak_mem_mb": f.get("peak_mem_mb"),
+            "note": note.text, "note_kind": note.kind, "note_source": note.source,
+            "splits_text": " / ".join(f"{getattr(splits, p + '_ms'):.2f}" for p in PHASES) if splits else "",
+            "explained": f"{splits.explained_share:.0%}" if splits else "",
+            "trace_href": href,
+            "trace_exists": href is not None and (folder.out_dir / href).is_file(),
+            "profile_error": r.profile.error if r.profile else None,
+        })
+    return rows
+
+
+def _top_ops(trial: Optional[SweepTrial]) -> Optional[dict]:
+    if trial is None or trial.result.profile is None or not trial.result.profile.top_ops:
+        return None
+    return {"label": display_label(trial) if trial.kind == "baseline" else trial.label, "ops": [
+        {"name": op.name, "op_type": op.op_type, "phase": op.phase, "count": op.count,
+         "total_ms": f"{op.total_ms:.3f}", "mean_ms": f"{op.mean_ms:.3f}", "share": f"{op.share:.1%}"}
+        for op in trial.result.profile.top_ops[:TOP_OPS]]}
+
+
+def _failed(folder: SweepFolder) -> list[dict]:
+    out = []
+    for t in folder.trials:
+        r = t.result
+        if t.verdict in FAILED or r.status != "ok":
+            tail = "\n".join((r.log_tail or "").splitlines()[-LOG_TAIL_LINES:])
+            out.append({"label": display_label(t), "trial_id": t.trial_id, "status": r.status,
+                        "reason": t.reason or r.reason or "", "log_tail": tail})
+    return out
+
+
+def _curves(folder: SweepFolder, metric: str) -> list[dict]:
+    """Baseline, each kept stack step, and each accuracy-rejected change: what the gate compared."""
+    res = folder.result
+    by_id = folder.by_id
+    chosen: list[tuple[SweepTrial, bool]] = []
+    base = next((t for t in folder.trials if t.kind == "baseline"), None)
+    if base is not None:
+        chosen.append((base, False))
+    for step in res.stack[1:]:
+        if step.kept and step.trial_id in by_id:
+            chosen.append((by_id[step.trial_id], False))
+    chosen += [(t, True) for t in folder.trials if t.verdict == "accuracy rejected"]
+    curves = []
+    for t, rejected in chosen:
+        acc = t.result.accuracy
+        curves.append({"label": ("baseline" if t.kind == "baseline" else t.label) + (" (rejected)" if rejected else ""),
+                       "points": folder.loss_curve(t.trial_id), "rejected": rejected,
+                       "value": getattr(acc, metric, None) if acc else None,
+                       "samples_seen": acc.samples_seen if acc else None})
+    return curves
+
+
+def _reproduce(folder: SweepFolder) -> dict:
+    res = folder.result
+    plan_yaml = yaml.safe_dump(res.plan, sort_keys=False, allow_unicode=True, default_flow_style=False)
+    name = res.plan.get("name") or "plan"
+    plan_file = res.plan_path or f"{name}.yaml"
+    recorded = res.command if res.command.strip() not in ("", "perftune") else None
+    return {"plan_yaml": plan_yaml, "recorded": recorded, "plan_file": Path(plan_file).name,
+            "command": f"perftune sweep {Path(plan_file).name} --out {folder.out_dir.name} --fresh"}
+
+
+def build_context(folder: SweepFolder) -> dict:
+    res = folder.result
+    metric = (res.plan.get("accuracy") or {}).get("metric", "val_loss")
+    tolerance = (res.plan.get("accuracy") or {}).get("rel_tolerance")
+    ablation, singles, loo = ablation_table(res), singles_table(res), loo_table(res)
+    frame = _by_label_frame(folder, singles, ablation, loo)
+    trials = _trial_rows(folder, frame)
+    measured = [t for t in trials if t["status"] == "ok"]
+    if not ablation.empty:
+        ablation = ablation.assign(change_label=[label_of(s.change or {}) for s in res.stack])
+    b = res.best_vs_baseline
+    by_id = folder.by_id
+    base = next((t for t in folder.trials if t.kind == "baseline"), None)
+    best = by_id.get(res.best_trial_id or "")
+    figs = {
+        "waterfall": figures.waterfall_figure(ablation, (b.ratio, b.ci_low, b.ci_high) if b else None),
+        "throughput": figures.throughput_figure(measured),
+        "splits": figures.splits_figure(measured),
+        "loss": figures.loss_figure(_curves(folder, metric), metric, tolerance),
+        "memory": figures.memory_figure(measured),
+    }
+    return {
+        "title": f"perftune: {res.plan.get('name')}",
+        "plan": {"name": res.plan.get("name"), "workload": res.plan.get("workload"), "device": res.plan.get("device")},
+        "metric": metric,
+        "summary": _summary(folder, metric),
+        "ablation": table(ablation, metric), "singles": table(singles, metric), "loo": table(loo, metric),
+        "figures": figs,
+        "trials": trials,
+        "any_splits": any(t["splits_text"] for t in trials),
+        "top_ops": [x for x in (_top_ops(base), _top_ops(best) if best is not base else None) if x],
+        "failed": _failed(folder),
+        "reproduce": _reproduce(folder),
+        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "perftune_version": perftune_version,
+    }
+
+
+def render(context: dict) -> str:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    return env.get_template("report.html").render(**context)

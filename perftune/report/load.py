@@ -1,0 +1,66 @@
+"""What the report reads from a sweep folder: ``results.json`` and, per trial, the full ``trial.json``.
+
+``results.json`` drops per-step rows; the loss curve comes from ``Accuracy.loss_curve`` when present, else from
+the accuracy-phase steps of ``trials/<id>/trial.json``.  A missing or unreadable trial file is not an error: the
+report says the curve is missing instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from perftune.errors import UserError
+from perftune.records import SweepResult, SweepTrial, TrialResult
+from perftune.results import read_sweep, read_trial
+
+
+@dataclass
+class SweepFolder:
+    out_dir: Path
+    result: SweepResult
+    #: first appearance of each trial id, in sweep order (leave-one-out rows may reuse a decided trial)
+    trials: list[SweepTrial] = field(default_factory=list)
+    _full: dict[str, Optional[TrialResult]] = field(default_factory=dict)
+
+    @property
+    def by_id(self) -> dict[str, SweepTrial]:
+        return {t.trial_id: t for t in self.trials}
+
+    def full(self, trial_id: str) -> Optional[TrialResult]:
+        """``trials/<id>/trial.json`` (with per-step rows), or None when it is missing or unreadable."""
+        if trial_id not in self._full:
+            try:
+                self._full[trial_id] = read_trial(self.out_dir / "trials" / trial_id / "trial.json")
+            except UserError:
+                self._full[trial_id] = None
+        return self._full[trial_id]
+
+    def loss_curve(self, trial_id: str) -> list[tuple[int, float]]:
+        trial = self.by_id.get(trial_id)
+        acc = trial.result.accuracy if trial else None
+        if acc and acc.loss_curve:
+            return [(int(s), float(v)) for s, v in acc.loss_curve]
+        full = self.full(trial_id)
+        if full is None:
+            return []
+        if full.accuracy and full.accuracy.loss_curve:
+            return [(int(s), float(v)) for s, v in full.accuracy.loss_curve]
+        return [(s.samples_seen, s.loss) for s in full.steps if s.phase == "accuracy" and s.loss is not None]
+
+    def trace_href(self, trial: SweepTrial) -> Optional[str]:
+        """The Chrome-trace file relative to the sweep folder (where report.html is), or None."""
+        profile = trial.result.profile
+        if profile is None or not profile.trace_file:
+            return None
+        return f"trials/{trial.trial_id}/{profile.trace_file}"
+
+
+def load_folder(out_dir: Path) -> SweepFolder:
+    out_dir = Path(out_dir)
+    result = read_sweep(out_dir)
+    seen: dict[str, SweepTrial] = {}
+    for t in result.trials:
+        seen.setdefault(t.trial_id, t)
+    return SweepFolder(out_dir=out_dir, result=result, trials=list(seen.values()))

@@ -1,0 +1,184 @@
+"""One burst, end to end, in a fresh process: real MindSpore, the tiny MLP, seconds each."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from conftest import TINY_BURST, TINY_MLP
+from perftune.cli import main
+from perftune.launch import make_spec, run_trial
+from perftune.plan import parse_plan
+
+
+def plan_for(workload: str = "mlp", params=None, burst=None, baseline=None):
+    return parse_plan({
+        "name": "burst-test",
+        "workload": workload,
+        "workload_params": TINY_MLP if params is None else params,
+        "burst": {**TINY_BURST, **(burst or {})},
+        "baseline": {"batch_size": 32, "mode": "graph", "prefetch_size": 2, **(baseline or {})},
+    })
+
+
+def burst(tmp_path_factory, name: str, knobs=None, **plan_fields):
+    plan = plan_for(**plan_fields)
+    spec = make_spec(plan, knobs or {}, name, cache_dir=tmp_path_factory.getbasetemp() / "cache")
+    folder = tmp_path_factory.mktemp(name)
+    return run_trial(spec, folder), folder
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    return burst(tmp_path_factory, "baseline")
+
+
+@pytest.fixture(scope="module")
+def everything(tmp_path_factory):
+    """One burst with every data and step knob away from its default, so each one's effect can be read back."""
+    knobs = {"train_step": "function", "dataset_format": "mindrecord", "num_parallel_workers": 2,
+             "prefetch_size": 4, "grad_accum_steps": 2, "loss_scale": "dynamic", "amp_level": "O2",
+             "recompute": True, "kernel_threads": 1, "dispatch_threads": 2, "drop_remainder": False,
+             "python_multiprocessing": True, "dataset_sink_mode": True, "jit_level": "O1"}
+    # 1000 samples: with drop_remainder=false the 32nd batch of each pass holds the last 8
+    return burst(tmp_path_factory, "everything", knobs,
+                 params={**TINY_MLP, "train_samples": 1000, "preprocess_ms": 0.01})
+
+
+def test_burst_end_to_end(baseline):
+    result, folder = baseline
+    assert result.status == "ok", (result.reason, result.log_tail)
+    on_disk = (folder / "trial.json").read_text()
+    assert result.trial_id in on_disk and (folder / "spec.json").exists() and (folder / "burst.log").exists()
+    assert len(result.windows) == TINY_BURST["repeats"]
+    assert all(w.steps == TINY_BURST["steps"] and w.samples_per_s > 0 for w in result.windows)
+    phases = [s.phase for s in result.steps]
+    assert phases.count("timed") == TINY_BURST["steps"] * TINY_BURST["repeats"]
+    assert phases.count("profiled") in (0, TINY_BURST["profile_steps"])
+    assert result.warmup_steps >= TINY_BURST["warmup_steps"] + 2  # + the prefetch drain
+    assert phases.index("accuracy") < phases.index("warmup") < phases.index("timed")
+    assert result.compile_ms > result.step_ms_median  # the first step compiles
+    assert result.samples_per_s == pytest.approx(float(np.median([w.samples_per_s for w in result.windows])))
+    assert result.step_ms_p10 <= result.step_ms_median <= result.step_ms_p90
+    acc = result.accuracy
+    assert acc.samples_seen == 32 * TINY_BURST["steps"] * TINY_BURST["repeats"]
+    assert math.isfinite(acc.val_loss) and acc.perplexity == pytest.approx(math.exp(acc.val_loss))
+    assert acc.loss_curve[0][1] > acc.train_loss  # it learns
+    assert not acc.nonfinite and acc.max_grad_norm > 0
+    assert all(s.data_wait_ms >= 0 and s.step_ms >= s.data_wait_ms for s in result.steps)
+    env = result.environment
+    assert env.mindspore_version.startswith("2.") and env.device == "CPU" and env.cpu_count >= 1
+    assert result.memory.host_rss_peak_bytes > 100 * 2**20
+    assert result.parameter_count == 64 * 128 + 128 + 128 * 128 + 128 + 128 * 8 + 8
+    assert result.applied["mode"] == "graph" and result.applied["train_step"] == "CellTrainStep"
+
+
+def test_every_knob_takes_effect_or_says_why(everything, baseline):
+    result, _ = everything
+    assert result.status == "ok", (result.reason, result.log_tail)
+    a = result.applied
+    assert a["train_step"] == "function" and a["loss_scaler"] == "DynamicLossScaler"
+    assert a["jit_level"] == "O1"
+    assert "MindDataset" in a["pipeline"] and "MapDataset" in a["pipeline"]
+    assert a["num_parallel_workers"] == 2 and a["python_multiprocessing"] is True
+    assert a["prefetch_size"] == 4 and a["drop_remainder"] is False
+    assert a["grad_accum_micro_batch"] == 16
+    assert a["network_class"] == "_OutputTo32"  # AMP O2 wraps the network to return float32
+    assert a["recompute_cells"] == ["_backbone.blocks.0", "_backbone.blocks.1"]
+    assert a["kernel_threads_configured"] and a["dispatch_threads_configured"]
+    assert "dataset_sink_mode=true has no effect on CPU: MindSpore accepts it and ignores it" in result.notes
+    # drop_remainder=false: the last, short batch of each pass really reaches the step
+    sizes = {s.samples_seen - prev.samples_seen for prev, s in zip(result.steps, result.steps[1:])}
+    assert sizes == {32, 1000 % 32}
+    # the MindRecord file is written once per dataset, in the shared cache
+    files = list(Path(result_cache(everything)).glob("mindrecord/*/data.mindrecord"))
+    assert len(files) == 1
+
+
+def result_cache(everything) -> Path:
+    import json
+
+    spec = json.loads((everything[1] / "spec.json").read_text())
+    return Path(spec["cache_dir"])
+
+
+def test_step_forms_give_identical_losses(tmp_path_factory, baseline):
+    """The knobs that should not change the maths do not: an exact loss match is a usable correctness check."""
+    result, _ = burst(tmp_path_factory, "function", {"train_step": "function"})
+    assert result.status == "ok", result.reason
+    assert result.accuracy.train_loss == pytest.approx(baseline[0].accuracy.train_loss, rel=1e-6)
+    assert result.accuracy.val_loss == pytest.approx(baseline[0].accuracy.val_loss, rel=1e-6)
+
+
+def test_pynative_mode(tmp_path_factory, baseline):
+    result, _ = burst(tmp_path_factory, "pynative", {"mode": "pynative", "jit_level": "O1"})
+    assert result.status == "ok", result.reason
+    assert result.applied["mode"] == "pynative"
+    assert "jit_level=O1 has no effect in pynative mode (nothing is compiled)" in result.notes
+    assert result.accuracy.val_loss == pytest.approx(baseline[0].accuracy.val_loss, rel=1e-3)
+
+
+def test_graph_kernel_on_cpu_is_unsupported_with_reason(tmp_path_factory):
+    result, folder = burst(tmp_path_factory, "graph_kernel", {"graph_kernel": "on"})
+    assert result.status == "unsupported"
+    assert "graph_kernel=on is not supported on CPU: MindSpore says" in result.reason
+    assert result.log_tail and (folder / "trial.json").exists()
+
+
+def test_jit_level_o2_function_on_cpu_is_unsupported(tmp_path_factory):
+    result, _ = burst(tmp_path_factory, "jit_o2", {"jit_level": "O2", "train_step": "function"})
+    assert result.status == "unsupported"
+    assert "jit_level=O2" in result.reason and "'O0', 'O1'" in result.reason
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) >= 4, reason="needs a machine with fewer than 4 cores")
+def test_more_workers_than_cores_is_unsupported(tmp_path_factory):
+    result, _ = burst(tmp_path_factory, "workers4", {"num_parallel_workers": 4})
+    assert result.status == "unsupported"
+    assert "num_parallel_workers=4" in result.reason and "exceeds the boundary" in result.reason
+
+
+def test_a_raising_workload_is_recorded(tmp_path_factory):
+    result, _ = burst(tmp_path_factory, "raising", workload="tests.workloads_for_tests:raising",
+                      params={"why": "checking"})
+    assert result.status == "failed"
+    assert result.reason == "RuntimeError: this workload is broken on purpose: checking"
+    assert "Traceback" in result.log_tail
+
+
+def test_out_of_memory_is_recorded_as_oom(tmp_path_factory):
+    result, _ = burst(tmp_path_factory, "oom", workload="tests.workloads_for_tests:memory_hog", params={})
+    assert result.status == "oom", result.reason
+    assert "MemoryError" in result.reason
+
+
+def test_a_hanging_burst_times_out_and_leaves_no_process(tmp_path_factory):
+    started = time.monotonic()
+    result, folder = burst(tmp_path_factory, "hanging", workload="tests.workloads_for_tests:hanging", params={},
+                           burst={"timeout_s": 6})
+    assert time.monotonic() - started < 30
+    assert result.status == "timeout"
+    assert "timeout_s=6" in result.reason
+    left = [p for p in psutil.process_iter(["cmdline"]) if str(folder.resolve()) in " ".join(p.info["cmdline"] or [])]
+    assert not left, left
+
+
+def test_run_command_prints_a_summary(tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "cli", "workload": "mlp", "workload_params": TINY_MLP,
+                                    "burst": {**TINY_BURST, "profile_steps": 0}, "baseline": {"prefetch_size": 2}}))
+    runner = CliRunner()
+    result = runner.invoke(main, ["run", str(plan), "--set", "batch_size=16", "--out", str(tmp_path / "t")])
+    assert result.exit_code == 0, result.output
+    for words in ("samples/s", "step time", "compile", "val loss", "perplexity", "host RSS peak"):
+        assert words in result.output
+    bad = runner.invoke(main, ["run", str(plan), "--set", "batch_size=-1"])
+    assert bad.exit_code == 2 and "--set batch_size: -1 is not allowed" in bad.output

@@ -1,0 +1,240 @@
+"""``perftune compare`` on REAL results: the same plan run twice, a genuinely slower workload, broken inputs.
+
+Once per session (about 40 s on 2 cores): the same tiny plan (baseline only) swept four times, interleaved
+A, B, B, A, so each side holds two processes measured at alternating times; a genuinely slower variant of it (two
+processes); one ``perftune run`` burst with other knobs.  Interleaving matters on a shared machine: two sweeps run
+one after the other were seen to differ by 4x when other test suites started in between, and no statistics can
+tell such a machine slow-down from a regression when it hits one side only (see experiments/ci/perftune-compare.yml).
+The only hand edits are to copies, for inputs that must be refused or warned about (truncated, empty, wrong schema
+version, another workload, another machine).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import REPO, TINY_MLP, run_sweep_cli, write_plan
+from perftune.cli import main
+from perftune.compare import run_compare
+
+
+@pytest.fixture(scope="session")
+def compare_runs(tmp_path_factory) -> dict[str, Path]:
+    """``same_a``/``same_b``: folders of two sweeps each (``1/``, ``2/``) of one plan, run A, B, B, A;
+    ``slow``: the same knobs with a per-sample sleep in the data map (2 ms x 32 samples per batch with 1 worker: a
+    data-bound step of 64 ms+ instead of a few ms), baseline measured twice; ``other_knobs``: one ``perftune run``
+    burst with batch_size 16 (nothing in common with the sweeps)."""
+    folder = tmp_path_factory.mktemp("compare")
+    plan = write_plan(folder / "plans", name="same", output_dir=str(folder / "scratch"),
+                      decision={"baseline_runs": 1})
+    slow_plan = write_plan(folder / "plans", name="slow", output_dir=str(folder / "scratch"),
+                           workload_params={**TINY_MLP, "preprocess_ms": 2.0})
+    runs = {"same_a": folder / "same_a", "same_b": folder / "same_b", "slow": folder / "slow"}
+    for out, p in ((runs["same_a"] / "1", plan), (runs["same_b"] / "1", plan), (runs["same_b"] / "2", plan),
+                   (runs["same_a"] / "2", plan), (runs["slow"], slow_plan)):
+        result = run_sweep_cli(p, out, "--no-report")
+        assert result.exit_code == 0, result.output
+    other = folder / "other_knobs"
+    result = CliRunner().invoke(main, ["run", str(plan), "--set", "batch_size=16", "--out", str(other)],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    runs["other_knobs"] = other
+    return runs
+
+
+def compare_cli(*args: str):
+    return CliRunner().invoke(main, ["compare", *map(str, args)], catch_exceptions=False)
+
+
+def error_lines(result) -> list[str]:
+    return [ln for ln in result.stderr.splitlines() if ln.strip() and not ln.startswith("perftune: warning:")]
+
+
+def assert_refused(result, *fragments: str) -> None:
+    assert result.exit_code == 2, result.output
+    lines = error_lines(result)
+    assert len(lines) == 1 and lines[0].startswith("perftune: "), result.stderr
+    for f in fragments:
+        assert f in lines[0], lines[0]
+
+
+def baseline_trial(sweep_dir: Path, replicate: int = 0) -> Path:
+    data = json.loads((sweep_dir / "results.json").read_text())
+    t = next(t for t in data["trials"] if t["kind"] == "baseline" and t["replicate"] == replicate)
+    return sweep_dir / "trials" / t["trial_id"] / "trial.json"
+
+
+# -- the real comparisons -------------------------------------------------------------------------------------------
+def test_same_configuration_twice_is_no_significant_change(compare_runs):
+    result = compare_cli(compare_runs["same_a"], compare_runs["same_b"])
+    assert result.exit_code == 0, result.output
+    assert "no significant change" in result.stdout
+    report = run_compare(compare_runs["same_a"], compare_runs["same_b"])
+    (cc,) = report.configurations
+    assert cc.label == "baseline" and (cc.old_runs, cc.new_runs) == (2, 2)
+    assert cc.verdict == "no significant change" and not cc.regression
+    tp = cc.metrics["throughput"]
+    assert tp.interval and tp.ci_low < tp.ratio < tp.ci_high
+    # each side pools its two sweeps: the noise comes from them, not only from the prior
+    assert report.old.kinds == "2 results.json files" and report.new.kinds == "2 results.json files"
+    assert report.noise.configurations == 2 and not report.noise.from_prior_only
+    # same plan, same machine: nothing to warn about, and accuracy is bit-for-bit the same training
+    assert not [w for w in report.warnings if "differ" in w], report.warnings
+    assert cc.metrics["val_loss"].verdict == "no significant change"
+
+
+def test_genuinely_slower_workload_is_slower_with_a_warning(compare_runs):
+    result = compare_cli(compare_runs["same_a"], compare_runs["slow"])
+    assert result.exit_code == 1, result.output
+    assert "slower" in result.stdout and "REGRESSION" in result.stdout
+    warning = [ln for ln in result.stderr.splitlines() if "workload params differ" in ln]
+    assert warning and "preprocess_ms" in warning[0] and warning[0].startswith("perftune: warning:")
+    report = run_compare(compare_runs["same_a"], compare_runs["slow"])
+    (cc,) = report.configurations
+    assert cc.regression and cc.verdict == "slower"
+    tp = cc.metrics["throughput"]
+    assert tp.ci_high < 0.95 and tp.ratio < 0.5  # 64 ms of sleeping per batch against a few ms of compute
+    assert cc.metrics["step_time"].verdict == "slower" and cc.metrics["step_time"].ratio > 2
+    # where the time moved: the timed steps wait for data
+    wait = cc.metrics["data_wait"]
+    assert wait.new > 40 > wait.old and wait.verdict == "slower"
+    # the other direction is an improvement, exit 0
+    back = compare_cli(compare_runs["slow"], compare_runs["same_a"])
+    assert back.exit_code == 0, back.output
+    assert "faster" in back.stdout
+    # metrics without windows: threshold only, said so
+    wait = compare_cli(compare_runs["same_a"], compare_runs["slow"], "--metric", "data_wait")
+    assert wait.exit_code == 1 and "none (threshold only)" in wait.stdout
+    split = compare_cli(compare_runs["same_a"], compare_runs["slow"], "--metric", "split.forward")
+    assert split.exit_code in (0, 1) and "none (threshold only)" in split.stdout
+
+
+def test_trial_json_against_trial_json(compare_runs):
+    a, b = baseline_trial(compare_runs["same_a"] / "1"), baseline_trial(compare_runs["same_b"] / "1")
+    result = compare_cli(a, b)
+    assert result.exit_code in (0, 1), result.output  # one process a side: the verdict is the noise's to make
+    assert "no configuration was measured more than once" in result.stderr
+    report = run_compare(a.parent, b.parent)  # the folders work as well
+    (cc,) = report.configurations
+    assert (cc.old_runs, cc.new_runs) == (1, 1) and report.noise.from_prior_only
+    slow = compare_cli(a, baseline_trial(compare_runs["slow"]))
+    assert slow.exit_code == 1 and "slower" in slow.stdout
+    assert "workload params differ" in slow.stderr  # read from the spec.json next to each trial.json
+
+
+def test_a_folder_of_runs_is_pooled(compare_runs, tmp_path):
+    pool = tmp_path / "pool"
+    for i, run in enumerate(compare_runs[side] / r for side in ("same_a", "same_b") for r in ("1", "2")):
+        shutil.copytree(run, pool / str(i))
+    report = run_compare(pool, compare_runs["slow"])
+    (cc,) = report.configurations
+    assert cc.old_runs == 4 and report.old.kinds == "4 results.json files"
+    assert report.exit_code == 1
+    # a single sweep folder works as a side too
+    single = run_compare(compare_runs["same_a"] / "1", compare_runs["slow"] / "results.json")
+    assert single.configurations[0].old_runs == 1 and single.exit_code == 1
+
+
+def test_markdown_and_json_are_written_and_parse(compare_runs, tmp_path):
+    md, js = tmp_path / "out" / "summary.md", tmp_path / "out" / "compare.json"
+    result = compare_cli(compare_runs["same_a"], compare_runs["slow"], "--markdown", md, "--json", js)
+    assert result.exit_code == 1, result.output
+    data = json.loads(js.read_text())
+    assert data["kind"] == "perftune-compare" and data["exit_code"] == 1 and data["metric"] == "throughput"
+    tp = data["configurations"][0]["metrics"]["throughput"]
+    assert tp["verdict"] == "slower" and tp["ci_low"] < tp["ratio"] < tp["ci_high"] < 1
+    assert any("preprocess_ms" in w for w in data["warnings"])
+    text = md.read_text()
+    assert text.startswith("### perftune compare: regression")
+    table = [ln for ln in text.splitlines() if ln.startswith("| baseline ")]
+    assert table and "**slower**" in table[0] and table[0].count("|") == 7
+    assert "| configuration |" in text and "data ms" in text
+
+
+def test_options_are_checked(compare_runs):
+    ten = compare_cli(compare_runs["same_a"], compare_runs["same_b"], "--threshold", "10%")
+    assert ten.exit_code in (0, 1) and "threshold 10%" in ten.stdout
+    assert_refused(compare_cli(compare_runs["same_a"], compare_runs["same_b"], "--threshold", "5"), "--threshold")
+    assert_refused(compare_cli(compare_runs["same_a"], compare_runs["same_b"], "--metric", "speed"),
+                   "unknown metric", "split.<data|")
+    mem = compare_cli(compare_runs["same_a"], compare_runs["same_b"], "--metric", "memory")
+    assert mem.exit_code in (0, 1) and "peak memory" in mem.stdout
+
+
+def test_help_documents_exit_codes():
+    result = CliRunner().invoke(main, ["compare", "--help"])
+    assert result.exit_code == 0
+    for text in ("0  no significant regression", "1  a significant regression", "2  unusable input"):
+        assert text in result.output
+
+
+# -- unusable inputs: exit 2, one line ---------------------------------------------------------------------------------
+def test_missing_empty_and_truncated_files(compare_runs, tmp_path):
+    good = compare_runs["slow"] / "results.json"
+    assert_refused(compare_cli(tmp_path / "nope", good), "OLD", "no such file or folder")
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    assert_refused(compare_cli(good, empty), "empty file")
+    truncated = tmp_path / "truncated" / "results.json"
+    truncated.parent.mkdir()
+    text = good.read_text()
+    truncated.write_text(text[: len(text) // 2])
+    assert_refused(compare_cli(good, truncated.parent), "corrupted or truncated JSON")
+    not_ours = tmp_path / "other.json"
+    not_ours.write_text('{"hello": 1}')
+    assert_refused(compare_cli(not_ours, good), "neither a perftune results.json")
+    (tmp_path / "nothing_here").mkdir()
+    assert_refused(compare_cli(tmp_path / "nothing_here", good), "no results.json or trial.json")
+
+
+def test_wrong_schema_version(compare_runs, tmp_path):
+    data = json.loads((compare_runs["same_b"] / "1" / "results.json").read_text())
+    data["schema_version"] = 99
+    newer = tmp_path / "results.json"
+    newer.write_text(json.dumps(data))
+    assert_refused(compare_cli(compare_runs["same_a"], newer), "schema version 99")
+    trial = json.loads(baseline_trial(compare_runs["same_b"] / "1").read_text())
+    trial["schema_version"] = 0
+    old_trial = tmp_path / "trial.json"
+    old_trial.write_text(json.dumps(trial))
+    assert_refused(compare_cli(old_trial, baseline_trial(compare_runs["same_a"] / "1")), "trial schema version 0")
+
+
+def test_nothing_in_common(compare_runs):
+    result = compare_cli(compare_runs["same_a"], compare_runs["other_knobs"])
+    assert_refused(result, "nothing in common", "batch_size 32 vs 16")
+
+
+def test_different_workload_is_refused(compare_runs, tmp_path):
+    data = json.loads((compare_runs["same_b"] / "1" / "results.json").read_text())
+    for t in data["trials"]:
+        t["result"]["workload"] = "tiny_gpt"
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    assert_refused(compare_cli(compare_runs["same_a"], tmp_path), "different workloads")
+
+
+def test_other_machine_and_versions_warn_but_compare(compare_runs, tmp_path):
+    data = json.loads((compare_runs["same_b"] / "1" / "results.json").read_text())
+    for t in data["trials"]:
+        env = t["result"]["environment"]
+        env["host"], env["cpu_model"], env["mindspore_version"] = "elsewhere", "Other CPU", "2.9.0"
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    result = compare_cli(compare_runs["same_a"], tmp_path)
+    assert result.exit_code in (0, 1), result.output
+    warnings = [ln for ln in result.stderr.splitlines() if ln.startswith("perftune: warning:")]
+    assert any("machines differ" in w and "elsewhere" in w for w in warnings), warnings
+    assert any("MindSpore versions differ" in w and "2.9.0" in w for w in warnings), warnings
+    assert "baseline" in result.stdout
+
+
+def test_ci_plan_is_valid_and_small():
+    from perftune.plan import load_plan
+
+    plan = load_plan(REPO / "experiments" / "ci" / "tiny.yaml")
+    assert plan.workload == "mlp" and len(plan.variables) <= 1 and plan.decision.baseline_runs >= 2
+    assert plan.burst.steps * plan.burst.repeats <= 200

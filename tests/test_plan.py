@@ -1,0 +1,178 @@
+"""Plan loading and validation: every user mistake is one line naming the field, the value and what is allowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from perftune.cli import main
+from perftune.errors import UserError
+from perftune.knobs import KNOBS
+from perftune.plan import PlanError, load_plan, parse_plan, parse_set_options
+
+REPO = Path(__file__).resolve().parent.parent
+
+GOOD = {
+    "name": "quickstart",
+    "workload": "mlp",
+    "workload_params": {},
+    "device": "CPU",
+    "burst": {"warmup_steps": 3, "steps": 30, "repeats": 3, "profile_steps": 5, "timeout_s": 300},
+    "baseline": {"batch_size": 32, "mode": "pynative", "num_parallel_workers": 1, "amp_level": "O0"},
+    "variables": {"mode": ["graph"], "num_parallel_workers": [2, 4]},
+    "accuracy": {"metric": "val_loss", "rel_tolerance": 0.05},
+    "decision": {"min_gain": 0.03},
+}
+
+
+def with_change(path: str, value):
+    """GOOD with the field at dotted ``path`` set to ``value`` (``DELETE`` removes it)."""
+    import copy
+
+    plan = copy.deepcopy(GOOD)
+    node = plan
+    keys = path.split(".")
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+    if value == "DELETE":
+        node.pop(keys[-1])
+    else:
+        node[keys[-1]] = value
+    return plan
+
+
+def test_the_issue_example_plan_is_valid():
+    plan = parse_plan(GOOD)
+    assert plan.baseline_knobs["mode"] == "pynative"
+    assert plan.variables == {"mode": ["graph"], "num_parallel_workers": [2, 4]}
+    assert plan.accuracy_samples() == 32 * 30 * 3
+
+
+# (change, words the single error line must contain)
+MALFORMED = [
+    (("variables.modes", ["graph"]), ["variables.modes", "unknown knob 'modes'", "did you mean 'mode'"]),
+    (("variables.mode", ["eager"]), ["variables.mode[0]", "'eager'", "graph | pynative"]),
+    (("baseline.amp_level", "O5"), ["baseline.amp_level", "'O5'", "O0 | O1 | O2 | O3"]),
+    (("baseline.batch_size", "32"), ["baseline.batch_size", "'32'", "integer >= 1"]),
+    (("baseline.batch_size", 0), ["baseline.batch_size", "0", "integer >= 1"]),
+    (("burst.steps", -5), ["burst.steps", "-5", "greater than or equal to 1"]),
+    (("burst.repeats", "three"), ["burst.repeats", "'three'", "integer"]),
+    (("burst.timeout_s", 0), ["burst.timeout_s", "greater than 0"]),
+    (("variables.mode", ["pynative"]), ["variables.mode[0]", "repeats the baseline value"]),
+    (("workload", "nosuch"), ["workload", "unknown workload 'nosuch'", "mlp", "tiny_gpt"]),
+    (("workload", "no_such_package.mod:build"), ["workload", "no_such_package.mod", "cannot be found"]),
+    (("device", "TPU"), ["device", "'CPU', 'GPU' or 'Ascend'", "'TPU'"]),
+    (("accuracy.metric", "accuracy"), ["accuracy.metric", "'val_loss', 'train_loss' or 'perplexity'"]),
+    (("accuracy.rel_tolerance", -0.1), ["accuracy.rel_tolerance", "greater than or equal to 0"]),
+    (("decision.min_gain", "big"), ["decision.min_gain", "'big'"]),
+    (("name", "my plan!"), ["name", "should match pattern"]),
+    (("name", "DELETE"), ["name", "required field is missing"]),
+    (("burst.warmup", 3), ["burst.warmup", "unknown field"]),
+    (("variables.num_parallel_workers", 2), ["variables.num_parallel_workers", "non-empty list"]),
+    (("variables.num_parallel_workers", []), ["variables.num_parallel_workers", "non-empty list"]),
+    (("variables.num_parallel_workers", [2, 2]), ["variables.num_parallel_workers", "values repeat"]),
+    (("variables.drop_remainder", ["yes please"]), ["variables.drop_remainder[0]", "true | false"]),
+    (("baseline.grad_accum_steps", 5), ["grad_accum_steps", "5 does not divide batch_size 32"]),
+    (("baseline.prefetch_size", 2.5), ["baseline.prefetch_size", "2.5", "integer"]),
+    (("colour", "blue"), ["colour", "unknown field"]),
+]
+
+
+@pytest.mark.parametrize("change,words", MALFORMED, ids=[c[0][0] + "=" + repr(c[0][1]) for c in MALFORMED])
+def test_malformed_plan_is_refused_naming_the_field(change, words):
+    with pytest.raises(PlanError) as info:
+        parse_plan(with_change(*change))
+    problems = info.value.problems
+    assert len(problems) == 1, problems
+    for word in words:
+        assert word in problems[0], (word, problems[0])
+
+
+def test_many_problems_are_reported_together():
+    bad = with_change("device", "TPU")
+    bad["variables"] = {"modes": ["graph"], "amp_level": ["O9"]}
+    bad["burst"]["steps"] = 0
+    with pytest.raises(PlanError) as info:
+        parse_plan(bad)
+    text = "\n".join(info.value.problems)
+    assert len(info.value.problems) == 4, text
+    for field in ("device", "variables.modes", "variables.amp_level[0]", "burst.steps"):
+        assert field in text
+
+
+def test_yaml_on_off_are_read_as_graph_kernel_names():
+    plan = parse_plan(with_change("variables", {"graph_kernel": [True]}))
+    assert plan.variables == {"graph_kernel": ["on"]}
+    assert parse_set_options(["graph_kernel=on"]) == {"graph_kernel": "on"}
+
+
+def test_set_options_are_checked():
+    assert parse_set_options(["mode=graph", "batch_size=64", "recompute=true"]) == {
+        "mode": "graph", "batch_size": 64, "recompute": True}
+    with pytest.raises(PlanError) as info:
+        parse_set_options(["mode=fast", "nosuch=1", "batch_size"])
+    text = "\n".join(info.value.problems)
+    assert "--set mode: 'fast' is not allowed" in text
+    assert "unknown knob 'nosuch'" in text
+    assert "--set batch_size: expected knob=value" in text
+
+
+@pytest.mark.parametrize("content,words", [
+    ("name: [unclosed\n", ["not valid YAML", "line"]),
+    ("", ["the plan is empty"]),
+    ("- just\n- a list\n", ["expected a mapping"]),
+    (b"\xff\xfe\x00bad", ["cannot read the plan"]),
+])
+def test_unreadable_or_non_yaml_file(tmp_path, content, words):
+    path = tmp_path / "plan.yaml"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(UserError) as info:
+        load_plan(path)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(UserError, match="no such plan file"):
+        load_plan(tmp_path / "nope.yaml")
+
+
+def test_validate_command_exit_codes(tmp_path):
+    runner = CliRunner()
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(GOOD))
+    result = runner.invoke(main, ["validate", str(good)])
+    assert result.exit_code == 0, result.output
+    assert "ok" in result.output and "3 one-at-a-time trial(s)" in result.output
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(with_change("variables.mode", ["eager"])))
+    result = runner.invoke(main, ["validate", str(bad)])
+    assert result.exit_code == 2
+    assert "variables.mode[0]: 'eager' is not allowed (allowed: graph | pynative)" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_shipped_plans_are_valid():
+    plans = sorted((REPO / "experiments").glob("*.yaml"))
+    assert plans, "experiments/ should hold example plans"
+    for path in plans:
+        load_plan(path)
+
+
+def test_knobs_command_lists_every_knob_with_backends():
+    result = CliRunner().invoke(main, ["knobs"])
+    assert result.exit_code == 0
+    for name in KNOBS:
+        assert f"\n{name}\n" in "\n" + result.output
+    assert "dataset_sink_mode" in result.output and "CPU (accepted, no effect)" in result.output
+    assert "CPU (not on, O1, O2)" in result.output  # graph_kernel
+
+
+def test_every_knob_default_is_allowed_and_documented():
+    for knob in KNOBS.values():
+        assert knob.check(knob.default) is None, knob.name
+        assert knob.help and knob.applies

@@ -1,0 +1,342 @@
+"""The HTML report, rendered from a real sweep (the session's ``quick_sweep``) and opened in headless Chromium.
+
+The browser is driven over the Chrome DevTools protocol on ``--remote-debugging-pipe`` (file descriptors 3 and 4,
+NUL-separated JSON), with the standard library only.  Chromium comes from Debian (``apt-get install -y chromium``);
+without it the browser tests are skipped with a reason.  A screenshot is written under the test's tmp folder and,
+with ``PERFTUNE_KEEP_ARTIFACTS`` set, copied to ``tests/artifacts/report.png``.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import os
+import queue
+import shutil
+import subprocess
+import threading
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from perftune.cli import main
+from perftune.report import write_report
+
+HOSTILE = "<script>alert(1)</script>"
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+PAGE_JS = """(() => {
+  const rows = id => [...document.querySelectorAll('#' + id + ' tbody tr')].map(tr => tr.dataset.trial);
+  return {
+    images: [...document.images].map(i => ({alt: i.alt, complete: i.complete, width: i.naturalWidth,
+                                           height: i.naturalHeight})),
+    ablation: rows('ablation-table'), singles: rows('singles-table'), loo: rows('loo-table'),
+    notes: document.querySelectorAll('#notes-table tbody tr').length,
+    scripts: document.scripts.length,
+    title: document.title,
+    text: document.body.innerText,
+  };
+})()"""
+
+
+def chromium_path() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip("chromium not installed: apt-get install -y chromium (Debian) to run the browser checks")
+    return exe
+
+
+def copy_sweep(src: Path, dst: Path) -> Path:
+    """The sweep folder without its dataset cache (trials, profiles and results.json are what the report reads)."""
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("cache"))
+    return dst
+
+
+# ---- a minimal CDP client over --remote-debugging-pipe ---------------------------------------------------------------
+class Browser:
+    """Headless Chromium; ``call`` sends one CDP command and returns its result, events pile up in ``events``."""
+
+    def __init__(self, exe: str, profile_dir: Path, log_path: Path, timeout_s: float = 60.0):
+        self.timeout_s = timeout_s
+        to_child_r, self._to_child_w = os.pipe()
+        self._from_child_r, from_child_w = os.pipe()
+        # the child's ends, moved to fds >= 10 (close-on-exec) so that the dup2 onto 3 and 4 cannot clobber them
+        child_r, child_w = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (to_child_r, from_child_w))
+        os.close(to_child_r)
+        os.close(from_child_w)
+
+        def pipe_fds() -> None:  # in the child between fork and exec: CDP reads fd 3 and writes fd 4
+            os.dup2(child_r, 3)
+            os.dup2(child_w, 4)
+
+        args = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--no-default-browser-check", "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--disable-extensions", "--disable-default-apps", "--mute-audio",
+                "--hide-scrollbars", f"--user-data-dir={profile_dir}", "--remote-debugging-pipe",
+                "--enable-logging=stderr", "about:blank"]
+        self._log = open(log_path, "wb")
+        # close_fds=False keeps the new 3 and 4 (Python's own descriptors are not inheritable, PEP 446)
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
+                                     preexec_fn=pipe_fds, close_fds=False)
+        os.close(child_r)
+        os.close(child_w)
+        self._next_id = 0
+        self._messages: queue.Queue = queue.Queue()
+        self.events: list[dict] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        buf = b""
+        while True:
+            try:
+                chunk = os.read(self._from_child_r, 1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._messages.put(None)
+                return
+            buf += chunk
+            while b"\0" in buf:
+                raw, buf = buf.split(b"\0", 1)
+                self._messages.put(json.loads(raw))
+
+    def _next_message(self, deadline: float) -> dict:
+        try:
+            msg = self._messages.get(timeout=max(deadline - time.monotonic(), 0.01))
+        except queue.Empty:
+            raise TimeoutError("no answer from Chromium") from None
+        if msg is None:
+            raise RuntimeError(f"Chromium closed the DevTools pipe (exit code {self.proc.poll()})")
+        return msg
+
+    def call(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
+        self._next_id += 1
+        msg = {"id": self._next_id, "method": method, "params": params or {}}
+        if session:
+            msg["sessionId"] = session
+        os.write(self._to_child_w, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            reply = self._next_message(deadline)
+            if reply.get("id") == self._next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+            if "method" in reply:
+                self.events.append(reply)
+
+    def wait_for(self, method: str, session: str) -> dict:
+        deadline = time.monotonic() + self.timeout_s
+        for event in self.events:
+            if event["method"] == method and event.get("sessionId") == session:
+                return event
+        while True:
+            event = self._next_message(deadline)
+            if "method" in event:
+                self.events.append(event)
+                if event["method"] == method and event.get("sessionId") == session:
+                    return event
+
+    def close(self) -> None:
+        try:
+            self.call("Browser.close")
+        except (RuntimeError, TimeoutError, OSError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for fd in (self._to_child_w, self._from_child_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._log.close()
+
+
+def open_in_chromium(html_path: Path, work: Path, width: int = 1280) -> dict:
+    """Load ``html_path`` in headless Chromium: page facts (``PAGE_JS``), every request, errors, a screenshot."""
+    exe = chromium_path()
+    work.mkdir(parents=True, exist_ok=True)
+    browser = Browser(exe, work / "chromium-profile", work / "chromium.log")
+    try:
+        target = browser.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        sid = browser.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            browser.call(f"{domain}.enable", session=sid)
+        browser.call("Emulation.setDeviceMetricsOverride",
+                     {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}, sid)
+        url = html_path.resolve().as_uri()
+        browser.call("Page.navigate", {"url": url}, sid)
+        browser.wait_for("Page.loadEventFired", sid)
+        page = browser.call("Runtime.evaluate", {"expression": PAGE_JS, "returnByValue": True}, sid)
+        facts = page["result"]["value"]
+        size = browser.call("Page.getLayoutMetrics", session=sid)["cssContentSize"]
+        shot = browser.call("Page.captureScreenshot", {
+            "format": "png", "captureBeyondViewport": True,
+            "clip": {"x": 0, "y": 0, "width": width, "height": min(size["height"], 16000), "scale": 1}}, sid)
+        browser.call("Runtime.evaluate", {"expression": "1"}, sid)  # flush events that arrived meanwhile
+    finally:
+        browser.close()
+    screenshot = work / "report.png"
+    screenshot.write_bytes(base64.b64decode(shot["data"]))
+    events = [e for e in browser.events if e.get("sessionId") == sid]
+    requests = [e["params"]["request"]["url"] for e in events if e["method"] == "Network.requestWillBeSent"]
+    errors = []
+    for e in events:
+        p = e["params"]
+        if e["method"] == "Runtime.consoleAPICalled" and p["type"] in ("error", "assert", "warning"):
+            errors.append(f"console.{p['type']}: {p['args']}")
+        elif e["method"] == "Runtime.exceptionThrown":
+            errors.append(f"exception: {p['exceptionDetails'].get('text')}")
+        elif e["method"] == "Log.entryAdded" and p["entry"]["level"] in ("error", "warning"):
+            errors.append(f"log {p['entry']['level']} ({p['entry']['source']}): {p['entry']['text']}")
+        elif e["method"] == "Network.loadingFailed":
+            errors.append(f"load failed: {p.get('errorText')}")
+        elif e["method"] == "Page.javascriptDialogOpening":
+            errors.append(f"dialog opened: {p.get('message')}")
+    return {"url": url, "facts": facts, "requests": requests, "errors": errors, "screenshot": screenshot}
+
+
+# ---- static checks of the file ---------------------------------------------------------------------------------------
+class Links(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.hrefs: list[str] = []
+        self.srcs: list[str] = []
+        self.tags: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        a = dict(attrs)
+        if tag == "a" and a.get("href"):
+            self.hrefs.append(a["href"])
+        if a.get("src"):
+            self.srcs.append(a["src"])
+
+
+def parse(html: str) -> Links:
+    links = Links()
+    links.feed(html)
+    return links
+
+
+def expected_rows(results: dict) -> dict[str, list[str]]:
+    return {
+        "ablation": [s["trial_id"] for s in results["stack"]],
+        "singles": [t["trial_id"] for t in results["trials"] if t["kind"] in ("baseline", "single")],
+        "loo": [t["trial_id"] for t in results["trials"] if t["kind"] == "leave_one_out"],
+    }
+
+
+# ---- tests -------------------------------------------------------------------------------------------------------------
+def test_sweep_writes_a_self_contained_report(quick_sweep):
+    """The sweep command wrote report.html itself; it needs nothing outside the file but the trace links."""
+    html = (quick_sweep / "report.html").read_text(encoding="utf-8")
+    links = parse(html)
+    assert "script" not in links.tags and "link" not in links.tags and "iframe" not in links.tags
+    assert links.srcs and all(src.startswith("data:image/png;base64,") for src in links.srcs)
+    assert "Content-Security-Policy" in html
+    results = json.loads((quick_sweep / "results.json").read_text())
+    traces = [f"trials/{t['trial_id']}/{t['result']['profile']['trace_file']}" for t in results["trials"]
+              if (t["result"].get("profile") or {}).get("trace_file")]
+    for href in links.hrefs:
+        assert href.startswith("#") or href.startswith("trials/") or href.startswith("https://ui.perfetto.dev"), href
+    for trace in traces:
+        assert trace in links.hrefs
+        assert (quick_sweep / trace).is_file(), f"trace link points at a missing file: {trace}"
+    assert results["plan"]["name"] in html and "perftune sweep" in html
+
+
+def test_report_in_headless_chromium(quick_sweep, tmp_path):
+    chromium_path()
+    folder = copy_sweep(quick_sweep, tmp_path / "sweep")
+    path = write_report(folder)
+    assert path == folder / "report.html"
+    page = open_in_chromium(path, tmp_path / "browser")
+    facts = page["facts"]
+
+    results = json.loads((folder / "results.json").read_text())
+    for img in facts["images"]:
+        assert img["complete"] and img["width"] > 0 and img["height"] > 0, f"figure did not load: {img}"
+    alts = {img["alt"] for img in facts["images"]}
+    expected = {"Throughput per trial", "Time splits per trial", "Loss curves: baseline vs kept changes",
+                "Peak memory per trial"} | ({"Cumulative speed-up waterfall"} if len(results["stack"]) > 1 else set())
+    assert alts == expected, f"figures: {sorted(alts)}"
+    rows = expected_rows(results)
+    assert facts["ablation"] == rows["ablation"]
+    assert facts["singles"] == rows["singles"]
+    assert facts["loo"] == rows["loo"]
+    assert facts["notes"] == len({t["trial_id"] for t in results["trials"]})
+    for t in results["trials"]:
+        assert t["label"] in facts["text"]
+
+    off_file = [u for u in page["requests"] if not (u.startswith("data:") or u == page["url"])]
+    assert off_file == [], f"the report fetched something besides itself and its data: URIs: {off_file}"
+    assert page["errors"] == [], page["errors"]
+    assert facts["scripts"] == 0
+
+    shot = page["screenshot"]
+    assert shot.stat().st_size > 50_000
+    if os.environ.get("PERFTUNE_KEEP_ARTIFACTS"):
+        ARTIFACTS.mkdir(exist_ok=True)
+        shutil.copyfile(shot, ARTIFACTS / "report.png")
+
+
+def hostile_copy(quick_sweep: Path, dst: Path) -> Path:
+    """The real sweep with attacker-controlled text in a reason, a log tail, an op name, a label and the plan."""
+    folder = copy_sweep(quick_sweep, dst)
+    results = json.loads((folder / "results.json").read_text())
+    results["plan"]["name"] = f"quick {HOSTILE}"
+    failed = next(t for t in results["trials"] if t["kind"] == "single")
+    failed["verdict"] = "failed"
+    failed["reason"] = f"burst crashed: {HOSTILE}"
+    failed["label"] = f"{failed['label']} {HOSTILE}"
+    failed["result"].update(status="failed", reason=HOSTILE, log_tail=f"Traceback (most recent call last):\n{HOSTILE}")
+    base = results["trials"][0]["result"]
+    if base.get("profile") and base["profile"].get("top_ops"):
+        base["profile"]["top_ops"][0]["name"] = HOSTILE
+    else:
+        base["profile"] = {"top_ops": [{"name": HOSTILE, "op_type": "MatMul", "phase": "forward", "count": 1,
+                                        "total_ms": 1.0, "mean_ms": 1.0, "share": 1.0}]}
+    (folder / "results.json").write_text(json.dumps(results))
+    return folder
+
+
+def test_hostile_text_is_escaped(quick_sweep, tmp_path):
+    folder = hostile_copy(quick_sweep, tmp_path / "sweep")
+    html = write_report(folder).read_text(encoding="utf-8")
+    assert "<script" not in html.lower()
+    escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
+    # title, heading, op name, label (tables, notes, failed section), reason, log tail, plan YAML
+    assert html.count(escaped) >= 6, html.count(escaped)
+    assert "Traceback (most recent call last):" in html
+
+
+def test_hostile_text_shows_as_text_in_chromium(quick_sweep, tmp_path):
+    chromium_path()
+    folder = hostile_copy(quick_sweep, tmp_path / "sweep")
+    page = open_in_chromium(write_report(folder), tmp_path / "browser")
+    assert page["facts"]["scripts"] == 0
+    assert HOSTILE in page["facts"]["text"] and HOSTILE in page["facts"]["title"]
+    assert page["errors"] == [], page["errors"]  # no alert dialog, no CSP violation
+
+
+def test_report_command(quick_sweep, tmp_path):
+    folder = copy_sweep(quick_sweep, tmp_path / "sweep")
+    (folder / "report.html").unlink()
+    result = CliRunner().invoke(main, ["report", str(folder)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == str(folder / "report.html")
+    assert (folder / "report.html").stat().st_size > 10_000
+
+
+def test_report_command_without_results(tmp_path):
+    result = CliRunner().invoke(main, ["report", str(tmp_path)])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "results.json" in lines[0] and str(tmp_path) in lines[0], result.stderr

@@ -1,0 +1,205 @@
+"""The sweep engine on real bursts: verdicts, the accuracy gate, stacking, results on disk, interruption and resume."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+
+import perftune
+from conftest import TINY_MLP, run_sweep_cli, write_plan
+from perftune.records import SweepResult
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def by_label(result: SweepResult) -> dict:
+    return {t.label: t for t in result.trials if t.kind == "single"}
+
+
+def test_data_bound_sweep_keeps_workers_and_rejects_pynative(quick_sweep):
+    result = SweepResult.model_validate_json((quick_sweep / "results.json").read_text())
+    assert result.status == "complete" and result.schema_version == 1
+    singles = by_label(result)
+    workers = singles["+num_parallel_workers=2"]
+    assert workers.verdict == "kept", workers.reason
+    assert workers.vs_baseline.ci_low > 1.0 and workers.vs_baseline.ratio > 1.03
+    pynative = singles["+mode=pynative"]
+    assert pynative.verdict == "slower", pynative.reason
+    assert pynative.vs_baseline.ci_high < 1.0
+    # the baseline waits for its batch: data knobs go first
+    assert "data-pipeline knobs first" in result.order_rule
+    assert [t.label for t in result.trials if t.kind == "single"][0] == "+num_parallel_workers=2"
+    # A/A: the baseline measured again later is not significantly different from itself
+    assert result.aa_check is not None and result.aa_check.verdict == "not significant"
+    assert [s.label for s in result.stack] == ["baseline", "+num_parallel_workers=2"]
+    assert result.best_label == "+num_parallel_workers=2"
+    # identical maths: data workers do not change the losses
+    assert workers.accuracy_changes["val_loss"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_results_on_disk_and_tables(quick_sweep):
+    result = SweepResult.model_validate_json((quick_sweep / "results.json").read_text())
+    for t in result.trials:
+        trial_json = quick_sweep / "trials" / t.trial_id / "trial.json"
+        assert trial_json.exists() and (trial_json.parent / "burst.log").exists()
+        assert t.result.steps == []  # per-step rows stay in trial.json
+        assert json.loads(trial_json.read_text())["steps"]
+    ablation = pd.read_csv(quick_sweep / "ablation.csv")
+    assert list(ablation["configuration"]) == ["baseline", "+num_parallel_workers=2"]
+    for column in ("samples_per_s", "speedup", "speedup_ci_low", "step_ms", "data_ms", "forward_ms", "backward_ms",
+                   "optimizer_ms", "communication_ms", "other_ms", "peak_mem_mb", "val_loss", "val_loss_change"):
+        assert column in ablation.columns
+    assert ablation["speedup"][1] > 1.0
+    md = (quick_sweep / "ablation.md").read_text()
+    assert "### Cumulative ablation" in md and "| +num_parallel_workers=2 | kept |" in md
+    assert "### One variable at a time" in md and "+mode=pynative | slower" in md
+
+
+def test_load_results_gives_dataframes(quick_sweep):
+    results = perftune.load_results(quick_sweep)
+    assert set(results.trials["kind"]) == {"baseline", "single"}
+    assert len(results.trials) == len(results.raw.trials)
+    assert {"knob.mode", "samples_per_s", "speedup", "val_loss"} <= set(results.trials.columns)
+    assert len(results.windows) == sum(len(t.result.windows) for t in results.raw.trials)
+    assert list(results.stack["configuration"]) == ["baseline", "+num_parallel_workers=2"]
+    if not results.splits.empty:
+        total = results.splits[[f"{p}_ms" for p in ("data", "forward", "backward", "optimizer", "communication",
+                                                   "other")]].sum(axis=1)
+        assert (abs(total - results.splits["step_ms"]) <= 0.05 * results.splits["step_ms"]).all()
+
+
+@pytest.fixture(scope="module")
+def eager_sweep(tmp_path_factory):
+    """A compute-bound, eager (PyNative) baseline: AMP is slower on CPU, a 4x batch is faster but sees 4x fewer
+    updates at equal samples seen (so its validation loss is worse), and 64 data workers cannot run here."""
+    folder = tmp_path_factory.mktemp("eager_sweep")
+    plan = write_plan(folder, name="eager", baseline={"batch_size": 32, "mode": "pynative", "prefetch_size": 2},
+                      variables={"amp_level": ["O1"], "batch_size": [128], "num_parallel_workers": [64],
+                                 "dataset_sink_mode": [True]},
+                      accuracy={"metric": "val_loss", "rel_tolerance": 0.005})
+    out = folder / "out"
+    run = run_sweep_cli(plan, out)
+    assert run.exit_code == 0, run.output
+    return SweepResult.model_validate_json((out / "results.json").read_text()), run.output
+
+
+def test_amp_on_cpu_is_slower(eager_sweep):
+    amp = by_label(eager_sweep[0])["+amp_level=O1"]
+    assert amp.verdict == "slower", amp.reason
+
+
+def test_faster_change_that_breaks_accuracy_is_rejected(eager_sweep):
+    big = by_label(eager_sweep[0])["+batch_size=128"]
+    assert big.verdict == "accuracy rejected", big.reason
+    assert big.vs_baseline.ratio > 1.0
+    assert "val_loss" in big.reason and "tolerance 0.5%" in big.reason
+    assert big.result.accuracy.samples_seen == eager_sweep[0].trials[0].result.accuracy.samples_seen
+
+
+def test_a_trial_that_cannot_run_is_recorded_and_the_sweep_completes(eager_sweep):
+    result, output = eager_sweep
+    workers = by_label(result)["+num_parallel_workers=64"]
+    assert workers.verdict == "unsupported"
+    assert "exceeds the boundary" in workers.reason
+    assert result.status == "complete"
+    sink = by_label(result)["+dataset_sink_mode=true"]
+    assert sink.verdict == "no effect" and "has no effect on CPU" in sink.reason
+    assert "best:" in output
+
+
+def _sweep_cmd(plan: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "perftune.cli", "sweep", str(plan), "--out", str(out), "--no-progress",
+            "--no-report"]
+
+
+def _bursts_of(out: Path) -> list[psutil.Process]:
+    marker = str(out.resolve())
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if marker in " ".join(p.info["cmdline"] or []) and "perftune.burst" in " ".join(p.info["cmdline"]):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+def _wait_for_trials(out: Path, n: int, proc: subprocess.Popen, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the sweep ended before it could be interrupted"
+        try:
+            if len(json.loads((out / "results.json").read_text())["trials"]) >= n:
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError("the sweep did not get that far in time")
+
+
+def test_sigkilled_sweep_resumes_with_the_finished_trials(tmp_path):
+    plan = write_plan(tmp_path, name="resume", decision={"baseline_runs": 1},
+                      variables={"batch_size": [16], "train_step": ["function"]})
+    out = tmp_path / "out"
+    proc = subprocess.Popen(_sweep_cmd(plan, out), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for_trials(out, 2, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while _bursts_of(out) and time.monotonic() < deadline:  # PR_SET_PDEATHSIG ends the running burst
+        time.sleep(0.2)
+    assert not _bursts_of(out)
+    finished = [t["trial_id"] for t in json.loads((out / "results.json").read_text())["trials"]]
+
+    rerun = subprocess.run(_sweep_cmd(plan, out), cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "2 reused from an earlier run" in rerun.stdout
+    result = SweepResult.model_validate_json((out / "results.json").read_text())
+    assert result.status == "complete"
+    assert [t.trial_id for t in result.trials[:2]] == finished[:2]
+    assert all(t.reused for t in result.trials[:2]) and not result.trials[2].reused
+    singles = pd.read_csv(out / "singles.csv")
+    assert list(singles["configuration"]) == ["baseline (run 1)", "+batch_size=16", "+train_step=function"]
+    assert (out / "ablation.csv").exists()
+
+
+def test_ctrl_c_stops_the_burst_and_says_how_to_resume(tmp_path):
+    plan = write_plan(tmp_path, name="interrupt", decision={"baseline_runs": 1},
+                      variables={"batch_size": [16]}, workload_params={**TINY_MLP, "preprocess_ms": 5.0})
+    out = tmp_path / "out"
+    proc = subprocess.Popen(_sweep_cmd(plan, out), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    _wait_for_trials(out, 1, proc)
+    deadline = time.monotonic() + 60
+    while not _bursts_of(out) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - started < 15
+    assert proc.returncode == 130
+    assert "resume with: perftune sweep" in err
+    assert not _bursts_of(out)
+    assert json.loads((out / "results.json").read_text())["status"] == "interrupted"
+
+
+def test_fresh_starts_over(quick_sweep, tmp_path):
+    """--fresh runs everything again instead of reusing (checked on a copy, without running the bursts)."""
+    import shutil
+
+    from perftune.sweep import Sweep
+    from perftune.plan import parse_plan
+
+    copy = tmp_path / "copy"
+    shutil.copytree(quick_sweep, copy)
+    plan = parse_plan(json.loads((copy / "results.json").read_text())["plan"])
+    Sweep(plan, copy, fresh=True, progress=False)
+    assert not (copy / "trials").exists() and not (copy / "results.json").exists()
