@@ -483,14 +483,17 @@ def single_process_notes(k: dict) -> list[str]:
 def distributed_read_back(rank: int, world: int, grad_reducer: bool) -> dict[str, Any]:
     import mindspore as ms
 
-    return {
+    mode = str(ms.get_auto_parallel_context("parallel_mode"))
+    out = {
         "rank": rank,
         "world_size": world,
-        "parallel_mode": str(ms.get_auto_parallel_context("parallel_mode")),
+        "parallel_mode": mode,
         "gradients_mean": bool(ms.get_auto_parallel_context("gradients_mean")),
-        "search_mode": str(ms.get_auto_parallel_context("search_mode")),
         "grad_reducer": grad_reducer,
     }
+    if mode == "auto_parallel":  # the context always holds a search mode; it only means something here
+        out["search_mode"] = str(ms.get_auto_parallel_context("search_mode"))
+    return out
 
 
 def rank_summary(result: TrialResult, rank: int, rank_dir: Path) -> RankSummary:

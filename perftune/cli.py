@@ -103,7 +103,8 @@ def sweep(plan_path: Path, out_dir: Path | None, fresh: bool, progress: bool, re
     plan = load_plan(plan_path)
     out = out_dir or plan_output_dir(plan, plan_path)
     try:
-        result = run_sweep(plan, out, plan_path, fresh=fresh, progress=progress, argv=sys.argv[1:])
+        argv = ["sweep", str(plan_path)] + (["--out", str(out_dir)] if out_dir else [])
+        result = run_sweep(plan, out, plan_path, fresh=fresh, progress=progress, argv=argv)
     except KeyboardInterrupt:
         again = f"perftune sweep {plan_path}" + (f" --out {out_dir}" if out_dir else "")
         click.echo(f"\ninterrupted: finished trials are saved in {out}; resume with: {again}", err=True)

@@ -333,7 +333,7 @@ def _warnings(old: Side, new: Side, missing_knobs: list[str]) -> list[str]:
     for attr, what in (("perftune_version", "perftune versions"), ("mindspore_version", "MindSpore versions"),
                        ("python_version", "Python versions")):
         a, b = env_values(old, attr), env_values(new, attr)
-        if a and b and a != b:
+        if a and b and set(a) != set(b):
             w.append(f"{what} differ: OLD {_show(a)}, NEW {_show(b)}")
 
     def machine(side: Side) -> list[str]:
@@ -341,7 +341,7 @@ def _warnings(old: Side, new: Side, missing_knobs: list[str]) -> list[str]:
                                         f"{e.result.environment.cpu_count} CPUs)") if e.result.environment else None)
 
     a, b = machine(old), machine(new)
-    if a and b and (a != b or len(a) > 1):
+    if a and b and (set(a) != set(b) or len(a) > 1):
         w.append(f"machines differ: OLD {_show(a)}, NEW {_show(b)}: throughput from different machines says "
                  "little about the change; run both sides on the same machine in the same job")
     for side in (old, new):
@@ -366,13 +366,13 @@ def _warnings(old: Side, new: Side, missing_knobs: list[str]) -> list[str]:
         return _key({k: v for k, v in e.result.burst.items() if k != "timeout_s"})
 
     ba, bb = _values(old, burst), _values(new, burst)
-    if ba != bb:
+    if set(ba) != set(bb):
         if len(ba) == 1 and len(bb) == 1:
             w.append(f"burst settings differ: {_dict_diff(json.loads(ba[0]), json.loads(bb[0]))} (OLD vs NEW)")
         else:
             w.append("burst settings differ between or within the sides")
     sa, sb = _values(old, lambda e: e.seed), _values(new, lambda e: e.seed)
-    if sa and sb and sa != sb:
+    if sa and sb and set(sa) != set(sb):
         w.append(f"seeds differ: OLD {_show(sa)}, NEW {_show(sb)}: accuracy changes include the seed's")
     if missing_knobs:
         w.append(f"knob sets differ (results of different perftune versions): {', '.join(missing_knobs)} not "

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -169,9 +170,9 @@ def run_distributed(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> Trial
 
 
 def _clean(trial_dir: Path, cluster: Cluster) -> None:
-    """Results of an earlier attempt must not be taken for this one's."""
+    """Results (and profiles) of an earlier attempt must not be taken for this one's."""
     for r in cluster.local_ranks:
-        (trial_dir / f"rank_{r}" / "trial.json").unlink(missing_ok=True)
+        shutil.rmtree(trial_dir / f"rank_{r}", ignore_errors=True)
     logs = trial_dir / MSRUN_LOG_DIR
     if logs.is_dir():
         for f in logs.glob("*.log"):

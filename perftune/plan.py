@@ -45,7 +45,7 @@ class AccuracyGate(_Strict):
     tolerances: dict[Literal["val_loss", "train_loss", "perplexity", "repetition_rate"], float] = Field(
         default_factory=dict
     )
-    #: samples every trial has seen when accuracy is measured; default: baseline batch_size x steps x repeats
+    #: samples every trial has seen when accuracy is measured; default: baseline batch_size x steps (one window)
     samples: Optional[int] = Field(None, ge=1)
     #: a trial whose largest gradient norm exceeds this factor times the baseline's is rejected
     grad_norm_factor: float = Field(10.0, gt=1)
@@ -95,7 +95,7 @@ class Plan(_Strict):
     def accuracy_samples(self) -> int:
         if self.accuracy.samples:
             return self.accuracy.samples
-        return int(self.baseline_knobs["batch_size"]) * self.burst.steps * self.burst.repeats
+        return int(self.baseline_knobs["batch_size"]) * self.burst.steps
 
 
 def _format_pydantic(err: ValidationError) -> list[str]:

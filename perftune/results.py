@@ -12,49 +12,47 @@ from perftune.errors import UserError
 from perftune.records import PHASES, RESULTS_SCHEMA_VERSION, SweepResult, TrialResult, TRIAL_SCHEMA_VERSION
 
 
-def read_sweep(path: str | Path) -> SweepResult:
-    """``results.json`` (or the folder holding it) as a ``SweepResult``; refuses other files and newer schemas."""
+def _read_json(path: str | Path, default_name: str, what: str) -> tuple[Path, object]:
     path = Path(path)
     if path.is_dir():
-        path = path / "results.json"
+        path = path / default_name
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return path, json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: not a readable results file ({exc.__class__.__name__}: {exc})") from None
+        raise UserError(f"{path}: not a readable {what} file ({exc.__class__.__name__}: {exc})") from None
+
+
+def _validate(model, data: dict, path: Path, name: str):
+    try:
+        return model.model_validate(data)
+    except ValueError as exc:
+        first = str(exc).splitlines()[1:3]
+        raise UserError(f"{path}: {name} does not match its schema: {' '.join(first)}") from None
+
+
+def read_sweep(path: str | Path) -> SweepResult:
+    """``results.json`` (or the folder holding it) as a ``SweepResult``; refuses other files and other schemas."""
+    path, data = _read_json(path, "results.json", "results")
     if not isinstance(data, dict) or data.get("kind") != "perftune-sweep":
         raise UserError(f"{path}: not a perftune results.json (no \"kind\": \"perftune-sweep\")")
     version = data.get("schema_version")
     if version != RESULTS_SCHEMA_VERSION:
         raise UserError(f"{path}: results schema version {version!r}; this perftune reads version "
                         f"{RESULTS_SCHEMA_VERSION}")
-    try:
-        return SweepResult.model_validate(data)
-    except ValueError as exc:
-        first = str(exc).splitlines()[1:3]
-        raise UserError(f"{path}: results.json does not match its schema: {' '.join(first)}") from None
+    return _validate(SweepResult, data, path, "results.json")
 
 
 def read_trial(path: str | Path) -> TrialResult:
-    path = Path(path)
-    if path.is_dir():
-        path = path / "trial.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: not a readable trial file ({exc.__class__.__name__}: {exc})") from None
+    """``trial.json`` (or the folder holding it) as a ``TrialResult``."""
+    path, data = _read_json(path, "trial.json", "trial")
     if not isinstance(data, dict) or "trial_id" not in data:
         raise UserError(f"{path}: not a perftune trial.json")
     if data.get("schema_version") != TRIAL_SCHEMA_VERSION:
         raise UserError(f"{path}: trial schema version {data.get('schema_version')!r}; this perftune reads "
                         f"version {TRIAL_SCHEMA_VERSION}")
-    try:
-        return TrialResult.model_validate(data)
-    except ValueError as exc:
-        raise UserError(f"{path}: trial.json does not match its schema: {str(exc).splitlines()[1:2]}") from None
+    return _validate(TrialResult, data, path, "trial.json")
 
 
 @dataclass

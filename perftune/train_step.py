@@ -37,6 +37,11 @@ def make_scaler(loss_scale: str):
     return amp.StaticLossScaler(1.0)
 
 
+def _is_scaled(scaler) -> bool:
+    """False for loss_scale=none (a static scale of 1): the step then leaves the scaler out entirely."""
+    return not (isinstance(scaler, amp.StaticLossScaler) and float(scaler.scale_value.asnumpy()) == 1.0)
+
+
 def _global_norm(grads):
     return ops.sqrt(ops.addn([ops.reduce_sum(ops.square(g.astype(ms.float32))) for g in grads]))
 
@@ -45,9 +50,12 @@ class CellTrainStep(nn.Cell):
     """The whole step in one compiled Cell."""
 
     def __init__(self, net_with_loss, optimizer, scaler, accum_steps: int, grad_reducer=None,
-                 with_norm: bool = True):
+                 with_norm: bool = True, scaled: bool = True):
         super().__init__(auto_prefix=False)
         self.with_norm = with_norm
+        # loss_scale=none: a plain step, without the scale, the finiteness check and the conditional update (on
+        # small CPU steps they cost up to a third of the step)
+        self.scaled = scaled
         self.net_with_loss = net_with_loss
         self.optimizer = optimizer
         self.weights = optimizer.parameters
@@ -67,7 +75,9 @@ class CellTrainStep(nn.Cell):
             for column in batch:
                 part = part + (column[i * micro:(i + 1) * micro],)
             part_loss = self.net_with_loss(*part)
-            sens = ops.ones_like(part_loss) * self.scaler.scale_value.astype(part_loss.dtype)
+            sens = ops.ones_like(part_loss)
+            if self.scaled:
+                sens = sens * self.scaler.scale_value.astype(part_loss.dtype)
             part_grads = self.grad(self.net_with_loss, self.weights)(*part, sens)
             if grads is None:
                 grads = part_grads
@@ -80,11 +90,18 @@ class CellTrainStep(nn.Cell):
             grads = self.hyper_map(ops.partial(ops.mul, 1.0 / self.accum_steps), grads)
         if self.reduce_grads:  # data parallel: AllReduce (and average) over the ranks
             grads = self.grad_reducer(grads)
-        grads = self.scaler.unscale(grads)
-        finite = amp.all_finite(grads)
-        self.scaler.adjust(finite)
-        grad_norm = _global_norm(grads) if self.with_norm else ops.zeros((), ms.float32)
-        if finite:
+        grad_norm = ops.zeros((), ms.float32)
+        if self.scaled:
+            grads = self.scaler.unscale(grads)
+            finite = amp.all_finite(grads)
+            self.scaler.adjust(finite)
+            if self.with_norm:
+                grad_norm = _global_norm(grads)
+            if finite:
+                self.optimizer(grads)
+        else:
+            if self.with_norm:
+                grad_norm = _global_norm(grads)
             self.optimizer(grads)
         return loss, grad_norm
 
@@ -93,10 +110,11 @@ def function_train_step(net_with_loss, optimizer, scaler, accum_steps: int, grap
                         grad_reducer=None, with_norm: bool = True):
     """The same step as a function; compiled with ``ms.jit`` in graph mode, eager in PyNative."""
     weights = optimizer.parameters
+    scaled = _is_scaled(scaler)
 
     def scaled_loss(*batch):
         loss = net_with_loss(*batch)
-        return scaler.scale(loss), loss
+        return (scaler.scale(loss) if scaled else loss), loss
 
     grad_fn = ms.value_and_grad(scaled_loss, None, weights, has_aux=True)
 
@@ -117,11 +135,18 @@ def function_train_step(net_with_loss, optimizer, scaler, accum_steps: int, grap
             grads = tuple(g / accum_steps for g in grads)
         if grad_reducer is not None:
             grads = grad_reducer(grads)
-        grads = scaler.unscale(grads)
-        finite = amp.all_finite(grads)
-        scaler.adjust(finite)
-        grad_norm = _global_norm(grads) if with_norm else ops.zeros((), ms.float32)
-        if finite:
+        grad_norm = ops.zeros((), ms.float32)
+        if scaled:
+            grads = scaler.unscale(grads)
+            finite = amp.all_finite(grads)
+            scaler.adjust(finite)
+            if with_norm:
+                grad_norm = _global_norm(grads)
+            if finite:
+                optimizer(grads)
+        else:
+            if with_norm:
+                grad_norm = _global_norm(grads)
             optimizer(grads)
         return loss, grad_norm
 
@@ -150,7 +175,8 @@ def build_train_step(form: str, net_with_loss, optimizer, loss_scale: str, accum
     if form == "function":
         return function_train_step(net_with_loss, optimizer, scaler, accum_steps, graph, jit_level, grad_reducer,
                                    with_norm)
-    step = CellTrainStep(net_with_loss, optimizer, scaler, accum_steps, grad_reducer, with_norm)
+    step = CellTrainStep(net_with_loss, optimizer, scaler, accum_steps, grad_reducer, with_norm,
+                         scaled=_is_scaled(scaler))
     step.set_train()
     if graph:
         step.set_jit_config(ms.JitConfig(jit_level=jit_level))

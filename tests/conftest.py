@@ -54,7 +54,7 @@ def quick_sweep(tmp_path_factory) -> Path:
     """
     folder = tmp_path_factory.mktemp("quick_sweep")
     plan = write_plan(folder, name="quick", workload_params={**TINY_MLP, "preprocess_ms": 1.0},
-                      variables={"mode": ["pynative"], "num_parallel_workers": [2]})
+                      variables={"mode": ["pynative"], "num_parallel_workers": [2]}, decision={"baseline_runs": 3})
     out = folder / "out"
     result = run_sweep_cli(plan, out)
     assert result.exit_code == 0, result.output

@@ -48,7 +48,7 @@ def test_the_issue_example_plan_is_valid():
     plan = parse_plan(GOOD)
     assert plan.baseline_knobs["mode"] == "pynative"
     assert plan.variables == {"mode": ["graph"], "num_parallel_workers": [2, 4]}
-    assert plan.accuracy_samples() == 32 * 30 * 3
+    assert plan.accuracy_samples() == 32 * 30
 
 
 # (change, words the single error line must contain)

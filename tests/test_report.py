@@ -233,9 +233,19 @@ def expected_rows(results: dict) -> dict[str, list[str]]:
     }
 
 
-# ---- tests -------------------------------------------------------------------------------------------------------------
+# ---- tests -----------------------------------------------------------------------------------------------------------
+def measured(sweep: Path) -> dict:
+    """results.json of ``sweep``, after checking that the fixture measured something (else the cause is upstream)."""
+    results = json.loads((sweep / "results.json").read_text())
+    ok = [t for t in results["trials"] if t["result"]["status"] == "ok"]
+    assert ok, (f"the quick_sweep fixture measured nothing: {[(t['label'], t['reason']) for t in results['trials']]}"
+                f"; see {sweep}/trials/*/burst.log")
+    return results
+
+
 def test_sweep_writes_a_self_contained_report(quick_sweep):
     """The sweep command wrote report.html itself; it needs nothing outside the file but the trace links."""
+    measured(quick_sweep)
     html = (quick_sweep / "report.html").read_text(encoding="utf-8")
     links = parse(html)
     assert "script" not in links.tags and "link" not in links.tags and "iframe" not in links.tags
@@ -254,6 +264,7 @@ def test_sweep_writes_a_self_contained_report(quick_sweep):
 
 def test_report_in_headless_chromium(quick_sweep, tmp_path):
     chromium_path()
+    measured(quick_sweep)
     folder = copy_sweep(quick_sweep, tmp_path / "sweep")
     path = write_report(folder)
     assert path == folder / "report.html"
@@ -292,7 +303,7 @@ def hostile_copy(quick_sweep: Path, dst: Path) -> Path:
     folder = copy_sweep(quick_sweep, dst)
     results = json.loads((folder / "results.json").read_text())
     results["plan"]["name"] = f"quick {HOSTILE}"
-    failed = next(t for t in results["trials"] if t["kind"] == "single")
+    failed = results["trials"][-1]
     failed["verdict"] = "failed"
     failed["reason"] = f"burst crashed: {HOSTILE}"
     failed["label"] = f"{failed['label']} {HOSTILE}"
@@ -326,13 +337,32 @@ def test_hostile_text_shows_as_text_in_chromium(quick_sweep, tmp_path):
     assert page["errors"] == [], page["errors"]  # no alert dialog, no CSP violation
 
 
+def test_report_when_every_trial_failed(quick_sweep, tmp_path):
+    """Nothing measured (the baseline itself failed): the report still renders, says why, and draws nothing."""
+    folder = copy_sweep(quick_sweep, tmp_path / "sweep")
+    results = json.loads((folder / "results.json").read_text())
+    results.update(stack=[], best_label=None, best_trial_id=None, best_vs_baseline=None, aa_check=None,
+                   status="interrupted")
+    for t in results["trials"]:
+        t.update(verdict="timeout", reason="burst exceeded timeout_s=120", vs_baseline=None, vs_previous=None)
+        t["result"].update(status="timeout", reason="burst exceeded timeout_s=120", windows=[], samples_per_s=None,
+                           step_ms_median=None, accuracy=None, profile=None, log_tail="last line of the log")
+        t["result"]["memory"] = {}
+    (folder / "results.json").write_text(json.dumps(results))
+    html = write_report(folder).read_text(encoding="utf-8")
+    links = parse(html)
+    assert links.srcs == []
+    assert "Failed trials" in html and "burst exceeded timeout_s=120" in html and "last line of the log" in html
+    assert "interrupted" in html and "No figure:" in html
+
+
 def test_report_command(quick_sweep, tmp_path):
     folder = copy_sweep(quick_sweep, tmp_path / "sweep")
     (folder / "report.html").unlink()
     result = CliRunner().invoke(main, ["report", str(folder)])
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == str(folder / "report.html")
-    assert (folder / "report.html").stat().st_size > 10_000
+    assert "Cumulative ablation" in (folder / "report.html").read_text(encoding="utf-8")
 
 
 def test_report_command_without_results(tmp_path):

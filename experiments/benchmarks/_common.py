@@ -269,10 +269,11 @@ def child_plain(args: dict) -> dict:
     """The same workload and knobs as a perftune burst, trained by the loop a user would write by hand.
 
     ``form``: ``trainonestep`` = ``nn.TrainOneStepCell(nn.WithLossCell(net, loss), opt)``; ``celltrainstep`` =
-    perftune's own ``CellTrainStep`` (loss scaler, finiteness check, gradient norm) without the harness.
-    The loop syncs on the loss every step (``loss.asnumpy()``, as a loop that logs its loss does), warms up
-    with the same number of steps as the burst (compile + warm-up + prefetch drain), then times ``repeats``
-    windows of ``steps`` steps exactly as the burst's timed phase does.
+    perftune's own ``CellTrainStep`` (loss scaler, finiteness check; without the gradient norm where the class
+    has ``with_norm``, as the burst's timed step) without the harness.
+    The loop syncs on the loss every step (``loss.asnumpy()``, as a loop that logs its loss does), runs one
+    compiling step and ``warmup_steps`` more untimed (the caller passes as many as the burst runs before its
+    windows), then times ``repeats`` windows of ``steps`` steps exactly as the burst's timed phase does.
     """
     entered = time.time()
     t_import = time.perf_counter()
@@ -306,10 +307,15 @@ def child_plain(args: dict) -> dict:
             raise ValueError("nn.WithLossCell takes one input column")
         step = nn.TrainOneStepCell(nn.WithLossCell(net, workload.loss_fn), optimizer)
     else:
+        import inspect
+
         from perftune.train_step import CellTrainStep, NetWithLoss, make_scaler
 
+        extra = {}
+        if "with_norm" in inspect.signature(CellTrainStep).parameters:
+            extra["with_norm"] = False  # the step the burst times leaves the gradient norm out
         step = CellTrainStep(NetWithLoss(net, workload.loss_fn), optimizer, make_scaler(k["loss_scale"]),
-                             int(k["grad_accum_steps"]))
+                             int(k["grad_accum_steps"]), **extra)
     step.set_train()
     if k["mode"] == "graph":
         step.set_jit_config(ms.JitConfig(jit_level=k["jit_level"]))
@@ -423,6 +429,9 @@ def child_instrumented(args: dict) -> dict:
     timings["compile_s"] = (result.compile_ms or 0.0) / 1e3
     ph = phase_seconds(result)
     timings.update({f"{k}_steps_s": v for k, v in ph.items()})
+    warm = [st.step_ms / 1e3 for st in result.steps if st.phase == "warmup"]
+    timings["warmup_first_step_s"] = warm[0] if warm else 0.0
+    timings["warmup_steps"] = len(warm)
     timings["since_launch_s"] = time.time() - float(args["launch_time"])
     return {"status": result.status, "timings": timings, "samples_per_s": result.samples_per_s,
             "step_ms_median": result.step_ms_median}

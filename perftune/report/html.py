@@ -28,6 +28,7 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 REJECTED = ("slower", "not significant", "accuracy rejected", "no effect", "dropped")
 LOG_TAIL_LINES = 40
 TOP_OPS = 10
+WIDE_INTERVAL = 1.5  # A/A interval high/low above this: the machine is too noisy to see small effects
 
 
 # -- formatting ------------------------------------------------------------------------------------------------------
@@ -101,7 +102,7 @@ def table(df: pd.DataFrame, metric: str) -> dict:
     return {"columns": keep, "rows": rows}
 
 
-def _by_label_frame(folder: SweepFolder, singles: pd.DataFrame, ablation: pd.DataFrame,
+def _per_trial_frame(folder: SweepFolder, singles: pd.DataFrame, ablation: pd.DataFrame,
                     loo: pd.DataFrame) -> pd.DataFrame:
     """One row per distinct trial, in sweep order, from the tables' DataFrames."""
     frames = [f for f in (singles, ablation, loo) if not f.empty and "trial_id" in f]
@@ -144,11 +145,18 @@ def _summary(folder: SweepFolder, metric: str) -> dict:
     env = res.environment or next((t.result.environment for t in folder.trials if t.result.environment), None)
     aa = res.aa_check
     aa_text = aa_note = None
+    aa_class = "muted"
     if aa is not None:
         aa_text = f"{speedup_text(aa.ratio, aa.ci_low, aa.ci_high)}: {aa.verdict}"
-        aa_note = ("the baseline measured again agrees with itself within the noise" if aa.verdict == "not significant"
-                   else "the same configuration measured twice differed: the machine was not steady, so treat small "
-                        "gains with care")
+        if aa.verdict != "not significant":
+            aa_class, aa_note = "bad", ("the same configuration measured twice differed: the machine was not steady, "
+                                        "so treat small gains with care")
+        elif aa.ci_low > 0 and aa.ci_high / aa.ci_low > WIDE_INTERVAL:
+            aa_class, aa_note = "warn-text", ("consistent, but the interval is wide: the machine is noisy and only "
+                                              "large effects can be told apart (more baseline_runs or longer bursts "
+                                              "narrow it)")
+        else:
+            aa_class, aa_note = "good", "the baseline measured again agrees with itself within the noise"
     tolerance = (res.plan.get("accuracy") or {}).get("rel_tolerance")
     return {
         "best_label": res.best_label or "none (the baseline failed)",
@@ -166,7 +174,7 @@ def _summary(folder: SweepFolder, metric: str) -> dict:
         "mindspore": env.mindspore_version if env else "unknown",
         "python": env.python_version if env else None,
         "git_commit": env.git_commit if env else None,
-        "aa": aa_text, "aa_ok": aa is not None and aa.verdict == "not significant", "aa_note": aa_note,
+        "aa": aa_text, "aa_class": aa_class, "aa_note": aa_note,
         "order_rule": res.order_rule,
     }
 
@@ -235,6 +243,8 @@ def _curves(folder: SweepFolder, metric: str) -> list[dict]:
     chosen += [(t, True) for t in folder.trials if t.verdict == "accuracy rejected"]
     curves = []
     for t, rejected in chosen:
+        if t.result.status != "ok":
+            continue
         acc = t.result.accuracy
         curves.append({"label": ("baseline" if t.kind == "baseline" else t.label) + (" (rejected)" if rejected else ""),
                        "points": folder.loss_curve(t.trial_id), "rejected": rejected,
@@ -248,9 +258,10 @@ def _reproduce(folder: SweepFolder) -> dict:
     plan_yaml = yaml.safe_dump(res.plan, sort_keys=False, allow_unicode=True, default_flow_style=False)
     name = res.plan.get("name") or "plan"
     plan_file = res.plan_path or f"{name}.yaml"
-    recorded = res.command if res.command.strip() not in ("", "perftune") else None
+    # only a real ``perftune sweep`` command line (a sweep started from Python records something else)
+    recorded = res.command if res.command.split()[:2] == ["perftune", "sweep"] else None
     return {"plan_yaml": plan_yaml, "recorded": recorded, "plan_file": Path(plan_file).name,
-            "command": f"perftune sweep {Path(plan_file).name} --out {folder.out_dir.name} --fresh"}
+            "command": f"perftune sweep {Path(plan_file).name} --out {folder.out_dir} --fresh"}
 
 
 def build_context(folder: SweepFolder) -> dict:
@@ -258,7 +269,7 @@ def build_context(folder: SweepFolder) -> dict:
     metric = (res.plan.get("accuracy") or {}).get("metric", "val_loss")
     tolerance = (res.plan.get("accuracy") or {}).get("rel_tolerance")
     ablation, singles, loo = ablation_table(res), singles_table(res), loo_table(res)
-    frame = _by_label_frame(folder, singles, ablation, loo)
+    frame = _per_trial_frame(folder, singles, ablation, loo)
     trials = _trial_rows(folder, frame)
     measured = [t for t in trials if t["status"] == "ok"]
     if not ablation.empty:

@@ -1,0 +1,100 @@
+"""The decision rules on their own: the process-level comparison and the accuracy gate."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from perftune import stats
+from perftune.accuracy import check
+from perftune.plan import AccuracyGate
+from perftune.records import Accuracy
+
+
+def windows(rng, mean, n_proc=1, n_win=3, between=0.03, within=0.01):
+    return [list(mean * math.exp(rng.normal(0, between)) * np.exp(rng.normal(0, within, n_win)))
+            for _ in range(n_proc)]
+
+
+def test_measurement_rejects_nonsense():
+    with pytest.raises(ValueError):
+        stats.Measurement.of([])
+    with pytest.raises(ValueError):
+        stats.Measurement.of([[100.0, -1.0]])
+    with pytest.raises(ValueError):
+        stats.Measurement.of([[float("nan")]])
+
+
+def test_noise_prior_dominates_with_no_repeats_and_yields_to_data():
+    single = stats.Measurement.of([[100, 101, 99]])
+    assert stats.Noise.estimate([single]).between_var == pytest.approx(stats.PRIOR_BETWEEN_SD ** 2)
+    spread = stats.Measurement.of([[100] * 3, [130] * 3, [80] * 3, [120] * 3])
+    noisy = stats.Noise.estimate([spread])
+    assert noisy.between_var > 4 * stats.PRIOR_BETWEEN_SD ** 2 and noisy.df == stats.PRIOR_DF + 3
+
+
+def test_a_clear_speedup_is_faster_and_a_clear_slowdown_is_slower():
+    rng = np.random.default_rng(1)
+    base = stats.Measurement.of(windows(rng, 100, n_proc=3))
+    noise = stats.Noise.estimate([base])
+    fast = stats.compare(base, stats.Measurement.of(windows(rng, 200)), noise, 0.95, 0.03)
+    slow = stats.compare(base, stats.Measurement.of(windows(rng, 50)), noise, 0.95, 0.03)
+    assert fast.verdict == "faster" and fast.ci_low > 1 and fast.ratio == pytest.approx(2, rel=0.15)
+    assert slow.verdict == "slower" and slow.ci_high < 1
+
+
+def test_aa_comparisons_are_mostly_not_significant():
+    """Same distribution on both sides: at 95% confidence about 1 in 20 may come out significant, not more."""
+    rng = np.random.default_rng(7)
+    verdicts = []
+    for _ in range(200):
+        base = stats.Measurement.of(windows(rng, 100, n_proc=3))
+        cand = stats.Measurement.of(windows(rng, 100))
+        verdicts.append(stats.compare(base, cand, stats.Noise.estimate([base]), 0.95, 0.0).verdict)
+    false_alarms = sum(v != "not significant" for v in verdicts) / len(verdicts)
+    assert false_alarms <= 0.08, false_alarms
+
+
+def test_min_gain_keeps_a_real_but_small_gain_from_counting():
+    base = stats.Measurement.of([[100, 100.1, 99.9]] * 3)
+    cand = stats.Measurement.of([[102, 102.1, 101.9]])
+    tight = stats.Noise(between_var=1e-8, df=20)
+    assert stats.compare(base, cand, tight, 0.95, 0.0).verdict == "faster"
+    assert stats.compare(base, cand, tight, 0.95, 0.03).verdict == "not significant"
+
+
+def acc(**kw):
+    base = dict(samples_seen=1000, train_loss=2.0, val_loss=2.0, perplexity=math.exp(2.0), max_grad_norm=1.0)
+    base.update(kw)
+    return Accuracy(**base)
+
+
+def test_gate_passes_equal_or_better_accuracy():
+    gate = AccuracyGate(metric="val_loss", rel_tolerance=0.05)
+    assert check(acc(), acc(val_loss=2.09), gate).ok  # +4.5% < 5%
+    assert check(acc(), acc(val_loss=1.5), gate).ok  # better is never a rejection
+
+
+@pytest.mark.parametrize("candidate,words", [
+    (dict(val_loss=2.2), ["val_loss 2.2 vs baseline 2", "+10.0%", "tolerance 5.0%"]),
+    (dict(nonfinite=True), ["NaN/Inf"]),
+    (dict(max_grad_norm=50.0), ["gradient norm blew up", "limit x10"]),
+    (dict(samples_seen=2000), ["not comparable"]),
+    (dict(val_loss=None), ["val_loss is missing"]),
+])
+def test_gate_rejects_with_the_metric_and_the_amount(candidate, words):
+    result = check(acc(), acc(**candidate), AccuracyGate(metric="val_loss", rel_tolerance=0.05))
+    assert not result.ok
+    for word in words:
+        assert word in result.reason
+
+
+def test_gate_per_metric_tolerances_and_repetition():
+    gate = AccuracyGate(metric="val_loss", rel_tolerance=0.05, tolerances={"train_loss": 0.01})
+    assert "train_loss" in check(acc(), acc(train_loss=2.05), gate).reason
+    lm = dict(repetition_rate=0.1)
+    assert check(acc(**lm), acc(repetition_rate=0.15), gate).ok
+    bad = check(acc(**lm), acc(repetition_rate=0.6), gate)
+    assert not bad.ok and "repetition rate" in bad.reason
