@@ -116,7 +116,6 @@ class Sweep:
         self.progress_enabled = progress
         self.baseline_runs: list[SweepTrial] = []
         self.started = time.perf_counter()
-        self.reused = 0
 
     # -- running trials -------------------------------------------------------------------------------------
     def _spec(self, changes: dict[str, Any], replicate: int = 0) -> TrialSpec:
@@ -128,11 +127,10 @@ class Sweep:
         label = spec.label + (f" (run {replicate + 1})" if kind == "baseline" else "")
         self.progress.start(label)
         result = _reusable(trial_dir, spec.trial_id)
-        reused = result is not None
+        # reused = finished by an earlier, interrupted run (not a configuration this run already measured)
+        reused = result is not None and all(t.trial_id != spec.trial_id for t in self.result.trials)
         if result is None:
             result = self.run_trial(spec, trial_dir)
-        else:
-            self.reused += 1
         verdict = result.status if result.status in FAILED else ("baseline" if kind == "baseline" else "measured")
         trial = SweepTrial(trial_id=spec.trial_id, label=spec.label, kind=kind, changes=changes,
                            replicate=replicate, verdict=verdict, reason=result.reason or "", reused=reused,

@@ -47,13 +47,13 @@ def run_sweep_cli(plan_path: Path, out: Path, *extra: str):
 
 @pytest.fixture(scope="session")
 def quick_sweep(tmp_path_factory) -> Path:
-    """A real, data-bound sweep: each sample sleeps 1 ms in the Python map (as slow storage would), so with one
+    """A real, data-bound sweep: each sample sleeps 0.5 ms in the Python map (as slow storage would), so with one
     data worker the graph-mode step waits for its batch; 2 workers must be kept, pynative must come out slower.
 
     Returns the sweep's output folder (results.json, trials/, ablation.*, report.html).
     """
     folder = tmp_path_factory.mktemp("quick_sweep")
-    plan = write_plan(folder, name="quick", workload_params={**TINY_MLP, "preprocess_ms": 1.0},
+    plan = write_plan(folder, name="quick", workload_params={**TINY_MLP, "preprocess_ms": 0.5},
                       variables={"mode": ["pynative"], "num_parallel_workers": [2]}, decision={"baseline_runs": 3})
     out = folder / "out"
     result = run_sweep_cli(plan, out)
