@@ -131,11 +131,7 @@ def read_back(k: dict, network, step_fn, dataset) -> dict[str, Any]:
     import mindspore.dataset as ds
     from mindspore._c_expression import RuntimeConf
 
-    ops_in_pipeline = []
-    node = dataset
-    while node is not None:
-        ops_in_pipeline.append(type(node).__name__)
-        node = node.children[0] if getattr(node, "children", None) else None
+    ops_in_pipeline = [type(n).__name__ for n in _walk(dataset)]
     batch_op = next((n for n in _walk(dataset) if type(n).__name__ == "BatchDataset"), None)
     map_op = next((n for n in _walk(dataset) if type(n).__name__ == "MapDataset"), None)
     conf = RuntimeConf.get_instance()

@@ -48,7 +48,7 @@ import psutil
 
 from perftune.burst import MSRUN_LOG_DIR
 from perftune.errors import UserError
-from perftune.launch import LOG_NAME, _classify_exit, _die_with_parent, _read_result, burst_env, kill_group, log_tail
+from perftune.launch import LOG_NAME, _classify_exit, _die_with_parent, read_result, burst_env, kill_group, log_tail
 from perftune.records import (
     COMMUNICATION_FLAG_SHARE,
     RankSummary,
@@ -237,7 +237,7 @@ class _Watch:
     def _read(self) -> None:
         for r in self.cluster.local_ranks:
             if r not in self.results:
-                res = _read_result(self.dir / f"rank_{r}" / "trial.json")
+                res = read_result(self.dir / f"rank_{r}" / "trial.json")
                 if res is not None:
                     self.results[r] = res
 

@@ -145,7 +145,7 @@ def run_trial(spec: TrialSpec, trial_dir: Path, timeout_s: Optional[float] = Non
         else:
             kill_group(proc)  # dataset worker processes may outlive the leader
     wall_s = time.perf_counter() - started
-    result = _read_result(result_path)
+    result = read_result(result_path)
     if status is None and result is None:
         status, reason = _classify_exit(proc.returncode, log_path)
     if result is None or status == "timeout":
@@ -160,7 +160,7 @@ def run_trial(spec: TrialSpec, trial_dir: Path, timeout_s: Optional[float] = Non
     return result
 
 
-def _read_result(path: Path) -> Optional[TrialResult]:
+def read_result(path: Path) -> Optional[TrialResult]:
     try:
         return TrialResult.model_validate_json(path.read_text())
     except (OSError, ValidationError, ValueError):

@@ -6,7 +6,6 @@ anything runs: a sweep that dies an hour in on a typo is the worst outcome a tun
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -286,5 +285,3 @@ def parse_set_options(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
         raise PlanError(problems, "--set")
     return out
 
-
-SLUG = re.compile(r"[^A-Za-z0-9_.-]+")

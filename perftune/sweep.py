@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional
 
 from perftune import accuracy as accuracy_gate
 from perftune import stats
-from perftune.launch import make_spec, run_trial
+from perftune.launch import make_spec, read_result, run_trial
 from perftune.plan import Plan
 from perftune.records import (
     ComparisonRecord,
@@ -370,12 +370,9 @@ class Sweep:
 
 
 def _reusable(trial_dir: Path, trial_id: str) -> Optional[TrialResult]:
-    path = trial_dir / "trial.json"
-    try:
-        result = TrialResult.model_validate_json(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return result if result.trial_id == trial_id else None
+    """A finished trial.json of this very trial (same id) left by an earlier run, else None."""
+    result = read_result(trial_dir / "trial.json")
+    return result if result is not None and result.trial_id == trial_id else None
 
 
 def run_sweep(plan: Plan, out_dir: Path, plan_path: Optional[Path] = None, fresh: bool = False,
