@@ -131,6 +131,8 @@ def read_back(k: dict, network, step_fn, dataset) -> dict[str, Any]:
     import mindspore.dataset as ds
     from mindspore._c_expression import RuntimeConf
 
+    from perftune import amp_check
+
     ops_in_pipeline = [type(n).__name__ for n in _walk(dataset)]
     batch_op = next((n for n in _walk(dataset) if type(n).__name__ == "BatchDataset"), None)
     map_op = next((n for n in _walk(dataset) if type(n).__name__ == "MapDataset"), None)
@@ -147,7 +149,7 @@ def read_back(k: dict, network, step_fn, dataset) -> dict[str, Any]:
         "train_step": type(step_fn).__name__ if not callable(getattr(step_fn, "__wrapped__", None))
         else "function",
         "grad_accum_micro_batch": int(k["batch_size"]) // int(k["grad_accum_steps"]),
-        "loss_scaler": type(getattr(step_fn, "scaler", None)).__name__ if hasattr(step_fn, "scaler") else None,
+        **amp_check.scaler_read_back(getattr(step_fn, "scaler", None), k["loss_scale"] != "none"),
         "pipeline": " <- ".join(ops_in_pipeline),
         "num_parallel_workers": getattr(batch_op, "num_parallel_workers", None),
         "python_multiprocessing": getattr(map_op, "python_multiprocessing", None) if map_op else None,
@@ -196,8 +198,8 @@ class Burst:
     def build(self) -> None:
         import mindspore as ms
         import mindspore.dataset as ds
-        from mindspore import amp
 
+        from perftune import amp_check
         from perftune.data import build_dataset
         from perftune.train_step import NetWithLoss, build_train_step
         from perftune.workloads import resolve
@@ -217,8 +219,11 @@ class Burst:
         workload.check()
         self.workload = workload
         network = workload.network
-        if k["amp_level"] != "O0":
-            network = amp.auto_mixed_precision(network, k["amp_level"])
+        # AMP with a forward probe before and after: its effect, not its wrapper, goes into `applied` (issue 14)
+        amp_outcome = amp_check.apply_amp(network, k["amp_level"],
+                                          amp_check.probe_inputs(workload.train_columns, workload.label_column))
+        network = amp_outcome.network
+        self.result.notes += amp_outcome.notes
         if k["recompute"]:
             # after AMP: O1 rewrites the network into new cell objects, so look the cells up by name in the network
             # that is actually trained (O2/O3 wrap it, hence the suffix match)
@@ -259,6 +264,7 @@ class Burst:
             dataset = build_dataset(workload, k, "train", cache)
         self.iterator = dataset.create_tuple_iterator(num_epochs=1, do_copy=False)
         self.result.applied = read_back(k, network, self.step_fn, dataset)
+        self.result.applied["amp_effect"] = amp_outcome.effect
         if self.world > 1:
             self.result.applied.update(distributed_read_back(self.rank, self.world, reducer is not None))
         if workload.preprocess is None and k["python_multiprocessing"]:

@@ -57,6 +57,10 @@ class CellTrainStep(nn.Cell):
         # small CPU steps they cost up to a third of the step)
         self.scaled = scaled
         self.net_with_loss = net_with_loss
+        # as nn.TrainOneStepCell does: record the forward for the gradient, so that in PyNative the GradOperation
+        # below reuses it instead of running the forward a second time (which also updated BatchNorm's moving
+        # statistics twice per step); in graph mode the compiler merged the two forwards anyway
+        self.net_with_loss.set_grad()
         self.optimizer = optimizer
         self.weights = optimizer.parameters
         self.scaler = scaler
@@ -172,6 +176,9 @@ def build_train_step(form: str, net_with_loss, optimizer, loss_scale: str, accum
     that share an optimizer, so a dynamic loss scale carries over.
     """
     scaler = scaler if scaler is not None else make_scaler(loss_scale)
+    # training mode before anything trains, in both forms: models such as mindcv's are built with training=False,
+    # and BatchNorm/Dropout in eval mode would train (and be judged as) a different network from the timed one
+    net_with_loss.set_train(True)
     if form == "function":
         return function_train_step(net_with_loss, optimizer, scaler, accum_steps, graph, jit_level, grad_reducer,
                                    with_norm)
