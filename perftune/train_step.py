@@ -46,6 +46,22 @@ def _global_norm(grads):
     return ops.sqrt(ops.addn([ops.reduce_sum(ops.square(g.astype(ms.float32))) for g in grads]))
 
 
+class ScaledLoss(nn.Cell):
+    """``(loss * scale, loss)``: the first output is differentiated, the second rides along as the step's loss."""
+
+    def __init__(self, net_with_loss, scaler, scaled: bool):
+        super().__init__(auto_prefix=False)
+        self.net_with_loss = net_with_loss
+        self.scaler = scaler
+        self.scaled = scaled
+
+    def construct(self, batch):  # one tuple: graph mode's value_and_grad refuses a Cell with *args here
+        loss = self.net_with_loss(*batch)
+        if self.scaled:
+            return self.scaler.scale(loss), loss
+        return loss, loss
+
+
 class CellTrainStep(nn.Cell):
     """The whole step in one compiled Cell."""
 
@@ -68,7 +84,22 @@ class CellTrainStep(nn.Cell):
         self.reduce_grads = grad_reducer is not None
         self.grad_reducer = grad_reducer
         self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
+        self.scaled_loss = ScaledLoss(net_with_loss, scaler, scaled)
         self.hyper_map = ops.HyperMap()
+
+    def micro_step(self, *part):
+        """One forward and its gradient.  Without accumulation, as ``nn.TrainOneStepCell`` writes it.  With it, in
+        graph mode the compiler does not merge that forward with the gradient's own forward inside the unrolled
+        loop (a forward counter fired twice per micro-batch, so BatchNorm statistics would move twice), so the
+        loss comes from the gradient call itself, as an auxiliary output."""
+        if self.accum_steps == 1:
+            part_loss = self.net_with_loss(*part)
+            sens = ops.ones_like(part_loss)
+            if self.scaled:
+                sens = sens * self.scaler.scale_value.astype(part_loss.dtype)
+            return part_loss, self.grad(self.net_with_loss, self.weights)(*part, sens)
+        (_, part_loss), part_grads = ops.value_and_grad(self.scaled_loss, None, self.weights, has_aux=True)(part)
+        return part_loss, part_grads
 
     def construct(self, *batch):
         micro = batch[0].shape[0] // self.accum_steps
@@ -78,11 +109,7 @@ class CellTrainStep(nn.Cell):
             part = ()
             for column in batch:
                 part = part + (column[i * micro:(i + 1) * micro],)
-            part_loss = self.net_with_loss(*part)
-            sens = ops.ones_like(part_loss)
-            if self.scaled:
-                sens = sens * self.scaler.scale_value.astype(part_loss.dtype)
-            part_grads = self.grad(self.net_with_loss, self.weights)(*part, sens)
+            part_loss, part_grads = self.micro_step(*part)
             if grads is None:
                 grads = part_grads
                 loss = part_loss
