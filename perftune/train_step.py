@@ -75,7 +75,7 @@ class CellTrainStep(nn.Cell):
         self.net_with_loss = net_with_loss
         # as nn.TrainOneStepCell does: record the forward for the gradient, so that in PyNative the GradOperation
         # below reuses it instead of running the forward a second time (which also updated BatchNorm's moving
-        # statistics twice per step); in graph mode the compiler merged the two forwards anyway
+        # statistics twice per step); in graph mode the compiler merges the two forwards (without accumulation)
         self.net_with_loss.set_grad()
         self.optimizer = optimizer
         self.weights = optimizer.parameters

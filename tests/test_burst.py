@@ -79,6 +79,7 @@ def test_burst_end_to_end(baseline):
     assert result.memory.host_rss_peak_bytes > 100 * 2**20
     assert result.parameter_count == 64 * 128 + 128 + 128 * 128 + 128 + 128 * 8 + 8
     assert result.applied["mode"] == "graph" and result.applied["train_step"] == "CellTrainStep"
+    assert result.applied["loss_scaler"] == "none" and result.applied["amp_effect"]["method"] == "none"
 
 
 def test_every_knob_takes_effect_or_says_why(everything, baseline):
@@ -92,6 +93,8 @@ def test_every_knob_takes_effect_or_says_why(everything, baseline):
     assert a["prefetch_size"] == 4 and a["drop_remainder"] is False
     assert a["grad_accum_micro_batch"] == 16
     assert a["network_class"] == "_OutputTo32"  # AMP O2 wraps the network to return float32
+    assert a["loss_scale_value"] == 2.0**16
+    assert a["amp_effect"]["changed"] and a["amp_effect"]["max_abs_output_change"] > 0  # float16 really ran
     assert a["recompute_cells"] == ["_backbone.blocks.0", "_backbone.blocks.1"]
     assert a["kernel_threads_configured"] and a["dispatch_threads_configured"]
     assert "dataset_sink_mode=true has no effect on CPU: MindSpore accepts it and ignores it" in result.notes
