@@ -28,6 +28,15 @@ def _rel(candidate: Optional[float], baseline: Optional[float]) -> Optional[floa
     return candidate / baseline - 1.0
 
 
+def _window(baseline: Accuracy, candidate: Accuracy) -> str:
+    """Say what was compared when the updates differ: equal samples seen, but fewer or more optimizer updates."""
+    if candidate.updates is None or baseline.updates is None or candidate.updates == baseline.updates:
+        return ""
+    rule = f", learning rate x{candidate.lr_scale:.3g}" if candidate.lr_scale != 1.0 else ", same learning rate"
+    return (f"; compared at {candidate.samples_seen} samples seen: {candidate.updates} optimizer updates vs the "
+            f"baseline's {baseline.updates}{rule}")
+
+
 def check(baseline: Accuracy, candidate: Optional[Accuracy], gate) -> GateResult:
     """``gate`` is the plan's ``AccuracyGate``."""
     if candidate is None:
@@ -51,7 +60,8 @@ def check(baseline: Accuracy, candidate: Optional[Accuracy], gate) -> GateResult
             continue
         if change > tol:
             return GateResult(False, f"{metric} {getattr(candidate, metric):.4g} vs baseline "
-                                     f"{getattr(baseline, metric):.4g}: +{change:.1%} (tolerance {tol:.1%})", changes)
+                                     f"{getattr(baseline, metric):.4g}: +{change:.1%} (tolerance {tol:.1%})"
+                                     f"{_window(baseline, candidate)}", changes)
     rep_tol = gate.tolerances.get("repetition_rate", DEFAULT_REPETITION_TOLERANCE)
     rep = changes.get("repetition_rate")
     if rep is not None and rep > rep_tol:

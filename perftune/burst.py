@@ -237,6 +237,8 @@ class Burst:
         net_with_loss = NetWithLoss(network, workload.loss_fn)
         self.net_with_loss = net_with_loss
         optimizer = workload.make_optimizer(network.trainable_params())
+        if spec.lr_scale != 1.0:
+            self.result.notes.append(scale_learning_rate(optimizer, spec.lr_scale))
         self.learning_rate = _learning_rate(optimizer)
         graph = k["mode"] == "graph"
         reducer = None
@@ -307,6 +309,8 @@ class Burst:
         tail = [v for v in losses[-LOSS_TAIL_STEPS:] if v is not None]
         acc = Accuracy(
             samples_seen=self.samples_seen,
+            updates=len(records),
+            lr_scale=self.spec.lr_scale,
             train_loss=float(np.mean(tail)) if tail and not nonfinite else None,
             max_grad_norm=max((v for v in norms if v is not None), default=None),
             final_grad_norm=norms[-1] if norms else None,
@@ -551,6 +555,19 @@ def _env_int(name: str) -> Optional[int]:
         return int(os.environ[name])
     except (KeyError, ValueError):
         return None
+
+
+def scale_learning_rate(optimizer, factor: float) -> str:
+    """Multiply a fixed learning rate in place (plan ``accuracy.lr_scaling``); a schedule cannot be scaled here."""
+    import mindspore as ms
+
+    rate = getattr(optimizer, "learning_rate", None)
+    if getattr(optimizer, "dynamic_lr", False) or not isinstance(rate, ms.Parameter):
+        raise KnobRefused(f"accuracy.lr_scaling: the workload's optimizer has a learning-rate schedule, which "
+                          f"perftune cannot scale by {factor:.3g}; use lr_scaling: none")
+    before = float(rate.asnumpy())
+    rate.set_data(ms.Tensor(before * factor, rate.dtype))
+    return f"learning rate scaled x{factor:.3g} for the batch size ({before:.3g} -> {before * factor:.3g})"
 
 
 def _learning_rate(optimizer) -> Optional[float]:

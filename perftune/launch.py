@@ -47,11 +47,14 @@ def make_spec(plan, knob_values: dict[str, Any], label: str, replicate: int = 0,
         "accuracy_samples": plan.accuracy_samples(),
         "replicate": replicate,
     }
+    lr_scale = plan.lr_scale(effective["batch_size"])
     hashed = dict(fields)
+    if lr_scale != 1.0:  # only then, so that trial ids (and resumes) of plans without the rule stay as they were
+        hashed["lr_scale"] = lr_scale
     dist = getattr(plan, "distributed", None)
     if dist is not None and dist.nodes > 1:  # where the ranks run changes the measurement; node_rank/port do not
         hashed["nodes"] = dist.nodes
-    return TrialSpec(trial_id=trial_id(hashed), label=label,
+    return TrialSpec(trial_id=trial_id(hashed), label=label, lr_scale=lr_scale,
                      cache_dir=str(cache_dir) if cache_dir else None,
                      distributed=dist.model_dump(mode="json") if dist is not None else None, **fields)
 

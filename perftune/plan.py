@@ -48,6 +48,9 @@ class AccuracyGate(_Strict):
     samples: Optional[int] = Field(None, ge=1)
     #: a trial whose largest gradient norm exceeds this factor times the baseline's is rejected
     grad_norm_factor: float = Field(10.0, gt=1)
+    #: the learning-rate rule that goes with a batch-size change (linear: lr x b/b0; sqrt: lr x sqrt(b/b0)), so a
+    #: larger batch is not judged with the small batch's rate; none keeps the workload's rate
+    lr_scaling: Literal["none", "linear", "sqrt"] = "none"
 
 
 class DecisionRule(_Strict):
@@ -90,6 +93,11 @@ class Plan(_Strict):
     @property
     def baseline_knobs(self) -> dict[str, Any]:
         return knobs.effective(self.baseline)
+
+    def lr_scale(self, batch_size: int) -> float:
+        """The factor on the workload's learning rate for a trial of ``batch_size`` (``accuracy.lr_scaling``)."""
+        ratio = int(batch_size) / int(self.baseline_knobs["batch_size"])
+        return {"none": 1.0, "linear": ratio, "sqrt": ratio ** 0.5}[self.accuracy.lr_scaling]
 
     def accuracy_samples(self) -> int:
         if self.accuracy.samples:

@@ -111,6 +111,8 @@ class Accuracy(Record):
     """Accuracy after a fixed number of samples seen, from the same initial weights and data order."""
 
     samples_seen: int
+    updates: Optional[int] = None  # optimizer updates in the accuracy window (samples_seen / batch size)
+    lr_scale: float = 1.0  # the factor applied to the workload's learning rate (plan accuracy.lr_scaling)
     train_loss: Optional[float] = None  # mean of the last few training losses before samples_seen
     val_loss: Optional[float] = None
     perplexity: Optional[float] = None  # exp(val_loss)
@@ -234,6 +236,8 @@ class TrialSpec(Record):
     replicate: int = 0  # >0 for repeated measurements of the same configuration (A/A, interleaved baselines)
     #: the plan's ``distributed`` section (nodes, node_rank, master_addr, master_port); None: one node
     distributed: Optional[dict[str, Any]] = None
+    #: factor on the workload's learning rate (plan ``accuracy.lr_scaling`` with a batch-size change)
+    lr_scale: float = 1.0
 
 
 TrialKind = Literal["baseline", "single", "stack", "leave_one_out"]

@@ -185,3 +185,25 @@ def test_run_command_prints_a_summary(tmp_path):
         assert words in result.output
     bad = runner.invoke(main, ["run", str(plan), "--set", "batch_size=-1"])
     assert bad.exit_code == 2 and "--set batch_size: -1 is not allowed" in bad.output
+
+
+def test_learning_rate_scaled_with_the_batch_under_the_linear_rule(tmp_path_factory):
+    """accuracy.lr_scaling: linear gives batch 64 twice the baseline's (batch 32) rate, and says so in the trial."""
+    plan = parse_plan({
+        "name": "lr-rule", "workload": "mlp", "workload_params": TINY_MLP,
+        "burst": {**TINY_BURST, "profile_steps": 0}, "baseline": {"batch_size": 32, "mode": "graph"},
+        "accuracy": {"lr_scaling": "linear"},
+    })
+    assert plan.lr_scale(64) == 2.0 and plan.lr_scale(32) == 1.0
+    assert make_spec(plan, {}, "baseline").trial_id == make_spec(
+        parse_plan({**plan.model_dump(mode="json"), "accuracy": {"lr_scaling": "none"}}), {}, "baseline").trial_id
+    spec = make_spec(plan, {"batch_size": 64}, "+batch_size=64")
+    assert spec.lr_scale == 2.0
+    result = run_trial(spec, tmp_path_factory.mktemp("lr_rule"))
+    assert result.status == "ok", (result.reason, result.log_tail)
+    assert any("learning rate scaled x2" in n for n in result.notes), result.notes
+    base_lr = 1e-3  # the mlp workload's default
+    assert all(s.learning_rate == pytest.approx(2 * base_lr) for s in result.steps) and result.steps
+    acc = result.accuracy
+    assert acc.lr_scale == 2.0 and acc.samples_seen == 64 * acc.updates
+    assert acc.updates == math.ceil(plan.accuracy_samples() / 64)

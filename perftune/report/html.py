@@ -8,6 +8,7 @@ op names, reasons and log tails are data, never markup.
 from __future__ import annotations
 
 import math
+import shlex
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
@@ -165,6 +166,7 @@ def _summary(folder: SweepFolder, metric: str) -> dict:
         "speedup_ratio": f"x{b.ratio:.2f}" if b else None,
         "accuracy": acc,
         "tolerance": f"{tolerance:.0%}" if tolerance is not None else None,
+        "lr_rule": LR_RULES[(res.plan.get("accuracy") or {}).get("lr_scaling", "none")],
         "counts": _counts(folder),
         "wall": duration(res.wall_s),
         "started": utc_text(res.started_utc), "finished": utc_text(res.finished_utc), "status": res.status,
@@ -253,6 +255,14 @@ def _curves(folder: SweepFolder, metric: str) -> list[dict]:
     return curves
 
 
+#: how the report states the plan's ``accuracy.lr_scaling`` (trials are judged at equal samples seen)
+LR_RULES = {
+    "none": "batch-size changes keep the workload's learning rate (fewer updates per sample with a larger batch)",
+    "linear": "batch-size changes scale the learning rate linearly with the batch (lr x b / b0)",
+    "sqrt": "batch-size changes scale the learning rate with the square root of the batch (lr x sqrt(b / b0))",
+}
+
+
 def _reproduce(folder: SweepFolder) -> dict:
     res = folder.result
     plan_yaml = yaml.safe_dump(res.plan, sort_keys=False, allow_unicode=True, default_flow_style=False)
@@ -261,7 +271,7 @@ def _reproduce(folder: SweepFolder) -> dict:
     # only a real ``perftune sweep`` command line (a sweep started from Python records something else)
     recorded = res.command if res.command.split()[:2] == ["perftune", "sweep"] else None
     return {"plan_yaml": plan_yaml, "recorded": recorded, "plan_file": Path(plan_file).name,
-            "command": f"perftune sweep {Path(plan_file).name} --out {folder.out_dir} --fresh"}
+            "command": shlex.join(["perftune", "sweep", Path(plan_file).name, "--out", str(folder.out_dir), "--fresh"])}
 
 
 def build_context(folder: SweepFolder) -> dict:
