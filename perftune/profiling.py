@@ -21,6 +21,10 @@ Layouts (see ``/work/shared/mindspore-notes.md`` and ``profiler-layouts.md``):
 
 How an op gets its phase (``ops.phase_rule`` says which rule decided):
 
+(attribution) Where the per-launch timestamps split into steps, :mod:`perftune.attribution` places every launch
+instead (rules ``timeline`` and ``recompute``, from the names below plus each launch's place in its step); the
+``timeline`` placement described here is then superseded.
+
 ``scope`` / ``op_type``
     :func:`classify_phase`, from the op's scope and type alone: collectives are communication (and so are the other
     ops of a ``DistributedGradReducer``, the mean's scaling); ``Gradients/...`` and ``recompute_...`` scopes and

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perftune.attribution import attribute_phases, launch_kind, launch_table, recompute_share
+from perftune.attribution import KINDS, attribute_phases, launch_kind, launch_table, recompute_share
 from perftune.profiling import classify_phase, compute_splits, load_profile
 from perftune.records import PHASES
 
@@ -55,7 +55,7 @@ MODES_FORMS = [("graph", "cell"), ("graph", "function"), ("pynative", "cell"), (
 )
 def test_launch_kind(name, op_type, name_phase, name_rule, kind):
     assert classify_phase(name, op_type) == name_phase  # what the name rules of perftune.profiling say
-    assert launch_kind(name, op_type, name_phase, name_rule) == kind
+    assert kind in KINDS and launch_kind(name, op_type, name_phase, name_rule) == kind
 
 
 # ---- scripted timelines ---------------------------------------------------------------------------------------------

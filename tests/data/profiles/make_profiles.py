@@ -1,6 +1,7 @@
 """Generate the profiler fixtures under tests/data/profiles/<scenario>/ from real MindSpore runs.
 
-    .venv/bin/python tests/data/profiles/make_profiles.py all            # every scenario (about a minute on 2 cores)
+    .venv/bin/python tests/data/profiles/make_profiles.py all            # every scenario (about 4 minutes on 2 cores)
+    .venv/bin/python tests/data/profiles/make_profiles.py tiny_gpt       # the 12 tiny_gpt ones (about 3 minutes)
     .venv/bin/python tests/data/profiles/make_profiles.py mlp_graph      # one scenario
 
 Scenarios:
