@@ -21,6 +21,10 @@ Layouts (see ``/work/shared/mindspore-notes.md`` and ``profiler-layouts.md``):
 
 How an op gets its phase (``ops.phase_rule`` says which rule decided):
 
+(attribution) Where the per-launch timestamps split into steps, :mod:`perftune.attribution` places every launch
+instead (rules ``timeline`` and ``recompute``, from the names below plus each launch's place in its step); the
+``timeline`` placement described here is then superseded.
+
 ``scope`` / ``op_type``
     :func:`classify_phase`, from the op's scope and type alone: collectives are communication (and so are the other
     ops of a ``DistributedGradReducer``, the mean's scaling); ``Gradients/...`` and ``recompute_...`` scopes and
@@ -65,6 +69,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from perftune.attribution import attribute_phases, launch_table, recompute_share
 from perftune.errors import ProfileError
 from perftune.records import Splits, TopOp
 
@@ -589,7 +594,10 @@ def _load_cpu(root: Path, rank: int) -> ProfileData:
     launch_steps, window = None, None
     ts_path = root / CPU_OP_TIMESTAMPS.format(rank=rank)
     if ts_path.is_file():
+        named = per_op  # attribution: the phases from names alone, for attribute_phases below
         per_op, launch_steps, window = _timeline(per_op, ts_path)
+        if launch_steps:  # attribution: every launch placed by what it is and where it runs in its step
+            per_op = attribute_phases(named, launch_table(_scan_timestamps(ts_path)), launch_steps)
     per_op["phase_rule"] = per_op["phase_rule"].replace({"unscoped": "default", "step_cell": "default"})
     ops = _finish_ops(per_op)
     return ProfileData(
@@ -806,6 +814,8 @@ def compute_splits(profile: ProfileData, profiled_steps: int, step_ms: float, da
         other_ms=other,
         explained_share=min(1.0, max(0.0, explained)),
         step_source=source,
+        # attribution: the recomputed forward's part of backward_ms, where launches were placed by time
+        recompute_ms=per_step["backward"] * recompute_share(profile.ops) if profile.launch_steps else None,
     )
 
 

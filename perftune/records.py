@@ -65,6 +65,9 @@ class Splits(Record):
     explained_share: float
     #: where the step time came from: profiled steps timed by the burst, or the profiler's own step markers
     step_source: str = "burst"
+    #: the part of backward_ms that re-runs forward ops (recompute), where the profile's launches could be placed by
+    #: time (None where not: the Ascend layout, or launches that do not split into steps)
+    recompute_ms: Optional[float] = None
     #: each phase's share of step_ms (filled from the ms fields; written to trial.json for readers of the file)
     shares: dict[str, float] = Field(default_factory=dict)
 

@@ -40,8 +40,10 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
     p = r.profile
     if p and p.splits:
         s = p.splits
-        lines.append(f"  splits (ms)  data {s.data_ms:.2f}, forward {s.forward_ms:.2f}, backward {s.backward_ms:.2f}, "
-                     f"optimizer {s.optimizer_ms:.2f}, communication {s.communication_ms:.2f}, other {s.other_ms:.2f}")
+        recompute = f" (of which recompute {s.recompute_ms:.2f})" if s.recompute_ms else ""
+        lines.append(f"  splits (ms)  data {s.data_ms:.2f}, forward {s.forward_ms:.2f}, backward {s.backward_ms:.2f}"
+                     f"{recompute}, optimizer {s.optimizer_ms:.2f}, communication {s.communication_ms:.2f}, "
+                     f"other {s.other_ms:.2f}")
         if p.overhead_ratio:
             lines.append(f"  profiler     overhead x{p.overhead_ratio:.2f}, analyse {_num(p.analyse_s, '.1f')} s")
     elif p and p.error:

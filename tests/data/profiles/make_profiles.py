@@ -1,6 +1,7 @@
 """Generate the profiler fixtures under tests/data/profiles/<scenario>/ from real MindSpore runs.
 
-    .venv/bin/python tests/data/profiles/make_profiles.py all            # every scenario (about a minute on 2 cores)
+    .venv/bin/python tests/data/profiles/make_profiles.py all            # every scenario (about 4 minutes on 2 cores)
+    .venv/bin/python tests/data/profiles/make_profiles.py tiny_gpt       # the 12 tiny_gpt ones (about 3 minutes)
     .venv/bin/python tests/data/profiles/make_profiles.py mlp_graph      # one scenario
 
 Scenarios:
@@ -8,12 +9,17 @@ Scenarios:
   mlp_pynative   the same in PYNATIVE mode
   dp2_allreduce  two data-parallel workers under msrun (CPU collectives), both ranks profiled
   ascend_layout  written by hand from the documented Ascend columns (profiler-layouts.md): NOT real output
+  tiny_gpt_<mode>_<form>[_recompute|_accum2]
+                 the built-in tiny_gpt (d_model 128, 1 layer, seq 64, batch 16) with perftune's own training step
+                 (perftune.train_step.build_train_step, form cell or function) in GRAPH or PYNATIVE mode, plain,
+                 with its recompute cells recomputed, or with 2 gradient-accumulation micro-batches: the fixtures
+                 of tests/test_attribution.py (``all`` makes them too; ``tiny_gpt`` makes only them)
 
 Each training scenario runs in a fresh process (MindSpore's context is process-global), trains with the same
-TrainStep cell form as perftune's burst, times every step the way a burst does (perf_counter around
-``next(iterator)`` and around the step including ``loss.asnumpy()``), profiles a few steps with
-``perftune.profiling.ProfilerSession`` and keeps only the files the parser reads.  The measured step times go to
-``expected.json`` next to the profile, which the tests check the splits against.
+TrainStep cell form as perftune's burst (the MLPs) or with perftune's own step (tiny_gpt), times every step the way
+a burst does (perf_counter around ``next(iterator)`` and around the step including ``loss.asnumpy()``), profiles a
+few steps with ``perftune.profiling.ProfilerSession`` and keeps only the files the parser reads.  The measured step
+times go to ``expected.json`` next to the profile, which the tests check the splits against.
 """
 
 from __future__ import annotations
@@ -42,6 +48,9 @@ KEEP_CPU = (
     "FRAMEWORK/cpu_ms_memory_record_{rank}.txt",
     "ASCEND_PROFILER_OUTPUT/trace_view.json",
 )
+#: the tiny_gpt fixtures keep only what the phase attribution reads (op table and per-launch timestamps): the
+#: memory record is not written (profile_memory off) and trace_view.json (370-520 KB here) is left out
+KEEP_TIMELINE = KEEP_CPU[:2]
 MAX_FILE_BYTES = 300_000
 
 SCENARIOS = {
@@ -50,6 +59,25 @@ SCENARIOS = {
     "dp2_allreduce": dict(mode="graph", profiled_steps=6, workers=2),
 }
 BATCH, IN_DIM, HIDDEN, CLASSES = 64, 256, 512, 16
+
+#: tiny_gpt with one block: ~150 op launches per step, so 5 profiled steps make files of 20-160 KB.  d_model 128,
+#: seq 64, batch 16 make the ops long enough (forward ~40 ms) that launch overhead and the machine's 4 ms scheduler
+#: stalls do not swamp them (at d_model 64, seq 32, batch 8 the forward was 4-5 ms and a few stalled launches moved
+#: it by 20%).  One kernel thread: on 2 shared cores a multi-threaded kernel waits for its slowest thread, and single
+#: launches then take a 4 ms scheduler tick (forward 3.3 ms +- 0.1 over 4 runs with one thread, 5.9-14.7 ms with
+#: MindSpore's default).
+TINY_GPT_PARAMS = {"d_model": 128, "n_layers": 1, "n_heads": 4, "seq_len": 64, "train_samples": 1024,
+                   "val_samples": 16}
+TINY_GPT_BATCH = 16
+TINY_GPT_VARIANTS = {"": dict(recompute=False, grad_accum_steps=1), "_recompute": dict(recompute=True, grad_accum_steps=1),
+                     "_accum2": dict(recompute=False, grad_accum_steps=2)}
+for _mode in ("graph", "pynative"):
+    for _form in ("cell", "function"):
+        for _suffix, _variant in TINY_GPT_VARIANTS.items():
+            SCENARIOS[f"tiny_gpt_{_mode}_{_form}{_suffix}"] = dict(
+                mode=_mode, profiled_steps=5, workload="tiny_gpt", train_step=_form, kernel_threads=1, warmup=10,
+                unprofiled=5, **_variant)
+TINY_GPT_SCENARIOS = [name for name in SCENARIOS if name.startswith("tiny_gpt_")]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -60,13 +88,11 @@ BATCH, IN_DIM, HIDDEN, CLASSES = 64, 256, 512, 16
 def worker(args: argparse.Namespace) -> None:
     import numpy as np
     import mindspore as ms
-    import mindspore.dataset as ds
-    from mindspore import nn, ops
-
-    from perftune.profiling import ProfilerSession
 
     ms.set_device("CPU")
     ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
+    if args.kernel_threads:
+        ms.device_context.cpu.op_tuning.threads_num(args.kernel_threads)
     # Under NumPy 2 the first eager op fails once (NumPy 1.x module warning turned SystemError); absorb it here
     try:
         (ms.Tensor(np.ones(1, np.float32)) + 1).asnumpy()
@@ -82,6 +108,19 @@ def worker(args: argparse.Namespace) -> None:
         rank, group = get_rank(), get_group_size()
         ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
     ms.set_seed(0)
+
+    if args.workload == "tiny_gpt":
+        step, it = build_tiny_gpt(args)
+    else:
+        step, it = build_mlp(group, rank)
+    timed_profile(args, step, it, rank)
+
+
+def build_mlp(group: int, rank: int):
+    """The MLP scenarios' own TrainStep (the burst's cell form as it was when they were made) and batches."""
+    import numpy as np
+    import mindspore.dataset as ds
+    from mindspore import nn, ops
 
     class MLP(nn.Cell):
         def __init__(self):
@@ -145,14 +184,44 @@ def worker(args: argparse.Namespace) -> None:
     wl = NetWithLoss(net, nn.CrossEntropyLoss())
     step = DPTrainStep(wl, opt, group) if group > 1 else TrainStep(wl, opt)
     step.set_train()
+    return step, it
+
+
+def build_tiny_gpt(args: argparse.Namespace):
+    """tiny_gpt with perftune's own training step, recompute cells chosen the way perftune.burst does."""
+    import mindspore.dataset as ds
+
+    from perftune.train_step import NetWithLoss, build_train_step
+    from perftune.workloads import resolve
+
+    workload = resolve("tiny_gpt")(dict(TINY_GPT_PARAMS), 0)
+    network = workload.network
+    if args.recompute:
+        cells = [cell for name, cell in network.cells_and_names()
+                 if any(name == n or name.endswith("." + n) for n in workload.recompute_cell_names)]
+        assert cells, "tiny_gpt names no recompute cells"
+        for cell in cells:
+            cell.recompute()
+    net_with_loss = NetWithLoss(network, workload.loss_fn)
+    optimizer = workload.make_optimizer(network.trainable_params())
+    step = build_train_step(args.train_step, net_with_loss, optimizer, "none", args.grad_accum_steps,
+                            args.mode == "graph", "O0", with_norm=False)
+    data = ds.NumpySlicesDataset(workload.train_columns, shuffle=False)
+    data = data.batch(TINY_GPT_BATCH, drop_remainder=True).repeat()
+    return step, data.create_tuple_iterator(output_numpy=False)
+
+
+def timed_profile(args: argparse.Namespace, step, it, rank: int) -> None:
+    """Time every step as a burst does, profile ``args.profiled_steps`` of them, write the timing file."""
+    from perftune.profiling import ProfilerSession
 
     def timed(k: int) -> tuple[list, list, list]:
         steps, waits, losses = [], [], []
         for _ in range(k):
             t0 = time.perf_counter()
-            xb, yb = next(it)
+            batch = next(it)
             t1 = time.perf_counter()
-            loss, _gnorm = step(xb, yb)
+            loss, _gnorm = step(*batch)
             losses.append(float(loss.asnumpy()))
             t2 = time.perf_counter()
             steps.append((t2 - t0) * 1e3)
@@ -162,9 +231,9 @@ def worker(args: argparse.Namespace) -> None:
     t = time.perf_counter()
     timed(1)
     compile_ms = (time.perf_counter() - t) * 1e3
-    timed(20)  # warm-up: also drains the batches prefetched during compile
+    timed(args.warmup_steps)  # warm-up: also drains the batches prefetched during compile
     before, _, _ = timed(args.unprofiled_steps)
-    session = ProfilerSession(Path(args.out), profile_memory=True)
+    session = ProfilerSession(Path(args.out), profile_memory=args.workload != "tiny_gpt")
     session.start()
     prof_steps, prof_waits, losses = timed(args.profiled_steps)
     analyse_s = session.stop_and_analyse()
@@ -206,10 +275,10 @@ def _env() -> dict:
     return env
 
 
-def _prune_into(root: Path, dest: Path, rank: int) -> list[str]:
+def _prune_into(root: Path, dest: Path, rank: int, keep: tuple = KEEP_CPU) -> list[str]:
     """Copy only the files the parser reads; report what was dropped and why."""
     dropped = []
-    for rel in KEEP_CPU:
+    for rel in keep:
         src = root / rel.format(rank=rank)
         if not src.is_file():
             dropped.append(f"{rel.format(rank=rank)} (not written)")
@@ -234,6 +303,12 @@ def run_scenario(name: str) -> None:
             str(Path(__file__).resolve()), "--as-worker", "--run-mode", cfg["mode"], "--nsteps",
             str(cfg["profiled_steps"]), "--nworkers", str(workers), "--outdir", str(prof_dir),
         ]
+        if cfg.get("workload") == "tiny_gpt":
+            worker_args += [
+                "--workload-name", "tiny_gpt", "--step-form", cfg["train_step"], "--accum",
+                str(cfg["grad_accum_steps"]), "--kernel-threads", str(cfg["kernel_threads"]), "--warmup",
+                str(cfg["warmup"]), "--unprofiled", str(cfg["unprofiled"]), *(["--recompute-on"] if cfg["recompute"] else []),
+            ]
         if workers == 1:
             cmd = [sys.executable, *worker_args, "--timing-file", str(tmp / "timing_rank0.json")]
         else:
@@ -257,7 +332,8 @@ def run_scenario(name: str) -> None:
         dest.mkdir(parents=True)
         dropped = {}
         for r, tm in timings.items():
-            dropped[r] = _prune_into(prof_dir / tm["profile_root"], dest, r)
+            keep = KEEP_TIMELINE if cfg.get("workload") == "tiny_gpt" else KEEP_CPU
+            dropped[r] = _prune_into(prof_dir / tm["profile_root"], dest, r, keep)
 
     steps = cfg["profiled_steps"]
     shown_cmd = " ".join(cmd).replace(str(tmp), "<tmp>").replace(sys.executable, ".venv/bin/python")
@@ -277,6 +353,13 @@ def run_scenario(name: str) -> None:
         "command": f".venv/bin/python tests/data/profiles/make_profiles.py {name}",
         "worker_command": shown_cmd,
     }
+    if cfg.get("workload") == "tiny_gpt":
+        expected["config"] = {
+            "workload": "tiny_gpt", "workload_params": TINY_GPT_PARAMS, "batch_size": TINY_GPT_BATCH,
+            "train_step": cfg["train_step"], "recompute": cfg["recompute"],
+            "grad_accum_steps": cfg["grad_accum_steps"], "kernel_threads": cfg["kernel_threads"],
+            "loss_scale": "none", "jit_level": "O0", "warmup_steps": cfg["warmup"],
+        }
     expected["not_kept"] = {str(r): d for r, d in dropped.items()}
     (dest / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
     write_readme(name)
@@ -300,13 +383,16 @@ def write_readme(name: str) -> None:
             f"\n### Rank {r} (`{tm['profile_root']}`)\n\nProfiled step {tm['step_ms']:.3f} ms (of which data wait "
             f"{tm['data_wait_ms']:.3f} ms), mean of {steps} steps; unprofiled median {tm['unprofiled_step_ms_median']:.3f}"
             f" ms over {tm['unprofiled_steps']} steps before and after (ratio {overhead:.2f}); analyse "
-            f"{tm['analyse_s']:.2f} s; allocator peak {prof.peak_allocated_bytes} bytes.\n"
+            f"{tm['analyse_s']:.2f} s; allocator peak "
+            f"{'not recorded' if prof.peak_allocated_bytes is None else f'{prof.peak_allocated_bytes} bytes'}.\n"
         )
         lines.append("| phase | ms/step | share |\n|---|---:|---:|")
         for p in ("data", "forward", "backward", "optimizer", "communication", "other"):
             lines.append(f"| {p} | {getattr(sp, p + '_ms'):.3f} | {shares[p]:.1%} |")
         total = sum(getattr(sp, p + "_ms") for p in ("data", "forward", "backward", "optimizer", "communication", "other"))
         lines.append(f"| **sum** | {total:.3f} | explained {sp.explained_share:.1%} |")
+        if sp.recompute_ms is not None:
+            lines.append(f"\nOf the backward, recomputed forward ops: {sp.recompute_ms:.3f} ms/step.")
         lines.append(f"\nstep_source: `{sp.step_source}`\n")
         lines.append("Top ops: " + "; ".join(f"`{o.name}` ({o.phase}) {o.total_ms / steps:.3f} ms/step"
                                             for o in top_ops(prof, 5)) + ".")
@@ -314,6 +400,20 @@ def write_readme(name: str) -> None:
             lines.append(f"\nNot kept: {', '.join(exp['not_kept'][r])}.")
     what = (f"an MLP {IN_DIM}-{HIDDEN}-{HIDDEN}-{CLASSES}, batch {BATCH}, Adam, {exp['mode'].upper()} mode, the burst's "
             "TrainStep cell form")
+    kept = "the op table, the per-launch timestamps, the memory record and `trace_view.json`"
+    warmup = 20
+    cfg = exp.get("config")
+    if cfg:
+        params = ", ".join(f"{k} {v}" for k, v in cfg["workload_params"].items())
+        what = (f"the built-in `{cfg['workload']}` ({params}), batch {cfg['batch_size']}, Adam, {exp['mode'].upper()} "
+                f"mode, perftune's own `{cfg['train_step']}` step (`perftune.train_step.build_train_step`, loss_scale "
+                f"{cfg['loss_scale']}, no gradient norm, as the burst's timed step), recompute "
+                f"{'on (the workload`s recompute cells, chosen as perftune.burst does)' if cfg['recompute'] else 'off'}, "
+                f"grad_accum_steps {cfg['grad_accum_steps']}, {cfg['kernel_threads']} CPU kernel thread (on 2 shared "
+                "cores a multi-threaded kernel waits for its slowest thread, and single launches then take a 4 ms "
+                "scheduler tick)")
+        kept = "the op table and the per-launch timestamps (profile_memory off; `trace_view.json` left out for size)"
+        warmup = cfg["warmup_steps"]
     if workers > 1:
         what += f", {workers} workers with DATA_PARALLEL, gradients_mean and nn.DistributedGradReducer"
     readme = f"""# {name}: real MindSpore {exp['mindspore_version']} CPU profiler output
@@ -328,14 +428,14 @@ which ran {'msrun' if workers > 1 else 'a fresh process'}:
 
 Workload: {what}.
 
-Steps: 1 compile, 20 warm-up, {exp['ranks']['0']['unprofiled_steps'] // 2} unprofiled, {steps} profiled with
+Steps: 1 compile, {warmup} warm-up, {exp['ranks']['0']['unprofiled_steps'] // 2} unprofiled, {steps} profiled with
 `perftune.profiling.ProfilerSession`, {exp['ranks']['0']['unprofiled_steps'] // 2} unprofiled; each timed as a burst
 does (perf_counter around `next(iterator)` and around the step including `loss.asnumpy()`).
 
 `expected.json` holds what the generating process measured for the profiled steps (per rank under `ranks`; the
 top-level `step_ms` / `data_wait_ms` are rank 0's): the splits must add up to `step_ms`, which includes
-`data_wait_ms`.  Only the files the parser reads are kept: the op table, the per-launch timestamps, the memory
-record and `trace_view.json` (each under {MAX_FILE_BYTES // 1000} KB).
+`data_wait_ms`.  Only files the parser reads are kept, each under {MAX_FILE_BYTES // 1000} KB:
+{kept}.
 
 ## Splits as the parser gives them (refresh with `make_profiles.py --readme-only {name}`)
 """ + "\n".join(lines) + "\n"
@@ -465,7 +565,7 @@ Preparing {ASCEND_PREPARING_US:.0f} µs per step.  `expected.json` gives the ste
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("scenario", nargs="?", default="all", choices=["all", *SCENARIOS, "ascend_layout"])
+    ap.add_argument("scenario", nargs="?", default="all", choices=["all", "tiny_gpt", *SCENARIOS, "ascend_layout"])
     # worker options: named so that none is a prefix of an msrun option (msrun parses the script's options too)
     ap.add_argument("--readme-only", action="store_true", help="rewrite the README.md of existing fixtures")
     ap.add_argument("--as-worker", dest="worker", action="store_true", help=argparse.SUPPRESS)
@@ -475,11 +575,17 @@ def main() -> None:
     ap.add_argument("--nworkers", dest="workers", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--outdir", dest="out", help=argparse.SUPPRESS)
     ap.add_argument("--timing-file", dest="timing", help=argparse.SUPPRESS)
+    ap.add_argument("--warmup", dest="warmup_steps", type=int, default=20, help=argparse.SUPPRESS)
+    ap.add_argument("--workload-name", dest="workload", default="mlp", help=argparse.SUPPRESS)
+    ap.add_argument("--step-form", dest="train_step", default="cell", help=argparse.SUPPRESS)
+    ap.add_argument("--recompute-on", dest="recompute", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--accum", dest="grad_accum_steps", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--kernel-threads", dest="kernel_threads", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(args)
         return
-    names = [*SCENARIOS, "ascend_layout"] if args.scenario == "all" else [args.scenario]
+    names = {"all": [*SCENARIOS, "ascend_layout"], "tiny_gpt": TINY_GPT_SCENARIOS}.get(args.scenario, [args.scenario])
     if args.readme_only:
         for name in names:
             if name in SCENARIOS:
