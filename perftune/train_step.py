@@ -68,7 +68,6 @@ class CellTrainStep(nn.Cell):
     def __init__(self, net_with_loss, optimizer, scaler, accum_steps: int, grad_reducer=None,
                  with_norm: bool = True, scaled: bool = True):
         super().__init__(auto_prefix=False)
-        net_with_loss.set_grad()  # as nn.TrainOneStepCell: else PyNative runs the forward twice per step
         self.with_norm = with_norm
         # loss_scale=none: a plain step, without the scale, the finiteness check and the conditional update (on
         # small CPU steps they cost up to a third of the step)
