@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from perftune import __version__, knobs as knob_registry
+from perftune import __version__, contention, knobs as knob_registry
 from perftune.records import (
     Accuracy,
     Environment,
@@ -193,6 +193,7 @@ class Burst:
         self.world = 1
         self.steps_done = 0
         self.kill_after: Optional[int] = None  # test-only fault injection, see init_distributed
+        self.pending_losses: list = []  # a timed window's loss tensors, read back once at its end
 
     # -- set-up ---------------------------------------------------------------------------------------------
     def build(self) -> None:
@@ -274,7 +275,9 @@ class Burst:
                                      "preprocessing map")
 
     # -- one step ---------------------------------------------------------------------------------------------
-    def step(self, phase: str, window: Optional[int] = None) -> StepRecord:
+    def step(self, phase: str, window: Optional[int] = None, sync: bool = True) -> StepRecord:
+        """One step.  ``sync=False`` (timed windows) does not read the loss back: the step is only dispatched, as in
+        real training on an asynchronous backend; the window reads its losses back once at its end."""
         if self.kill_after is not None and self.steps_done >= self.kill_after:
             print(f"perftune: fault injection (PERFTUNE_TEST_KILL_RANK): rank {self.rank} exits with code 9 after "
                   f"{self.steps_done} steps", file=sys.stderr, flush=True)
@@ -284,13 +287,15 @@ class Burst:
         t1 = time.perf_counter()
         with_norm = phase == "accuracy"
         loss, grad_norm = (self.accuracy_step_fn if with_norm else self.step_fn)(*batch)
-        loss_value = float(loss.asnumpy())
+        loss_value = float(loss.asnumpy()) if sync else None
+        if not sync:
+            self.pending_losses.append(loss)
         t2 = time.perf_counter()
         self.steps_done += 1
         self.samples_seen += int(batch[0].shape[0]) * self.world  # global samples: every rank took its share
         return StepRecord(
             phase=phase, window=window, step_ms=(t2 - t0) * 1e3, data_wait_ms=(t1 - t0) * 1e3,
-            loss=_finite_or_none(loss_value),
+            loss=_finite_or_none(loss_value) if loss_value is not None else None,
             grad_norm=_finite_or_none(float(grad_norm.asnumpy())) if with_norm else None,
             learning_rate=self.learning_rate, samples_seen=self.samples_seen,
         )
@@ -356,13 +361,31 @@ class Burst:
         per_step = int(self.k["batch_size"])
         all_steps: list[StepRecord] = []
         for w in range(int(b["repeats"])):
-            window = [self.step("timed", w) for _ in range(int(b["steps"]))]
-            total = sum(r.step_ms for r in window)
+            # one synchronisation per window (the losses are read back at its end), as training runs; the window's
+            # time includes that read-back, each step's time is its host time up to the next step
+            self.pending_losses = []
+            before = contention.read()
+            started = time.perf_counter()
+            window = [self.step("timed", w, sync=False) for _ in range(int(b["steps"]))]
+            losses = [float(x.asnumpy()) for x in self.pending_losses]
+            total = (time.perf_counter() - started) * 1e3
+            guard = contention.between(before, contention.read())
+            window[-1].step_ms += total - sum(r.step_ms for r in window)  # the read-back belongs to the last step
+            for record, value in zip(window, losses):
+                record.loss = _finite_or_none(value)
             self.result.windows.append(WindowStats(
                 steps=len(window), total_ms=total, median_step_ms=float(np.median([r.step_ms for r in window])),
-                samples_per_s=len(window) * per_step / (total / 1e3),
+                samples_per_s=len(window) * per_step / (total / 1e3), others_cpu_share=guard.others_cpu_share,
+                steal_share=guard.steal_share, load_avg_1m=guard.load_avg_1m, contended=guard.contended,
             ))
             all_steps += window
+        self.result.contended_windows = sum(w.contended for w in self.result.windows)
+        if self.result.contended_windows:
+            shares = [w.others_cpu_share for w in self.result.windows if w.contended]
+            self.result.notes.append(
+                f"contention: {self.result.contended_windows} of {len(self.result.windows)} timed windows ran while "
+                f"other processes used up to {max(shares):.0%} of the machine (flag above "
+                f"{contention.CONTENDED_SHARE:.0%}); their throughput is less trustworthy")
         self.result.steps += all_steps
         times = np.array([r.step_ms for r in all_steps])
         self.result.samples_per_s = float(np.median([w.samples_per_s for w in self.result.windows]))

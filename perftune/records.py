@@ -49,6 +49,12 @@ class WindowStats(Record):
     total_ms: float
     median_step_ms: float
     samples_per_s: float
+    #: the contention guard (perftune/contention.py): others' share of all cores during the window, steal time, the
+    #: 1-minute load average at its end, and whether others used more than CONTENDED_SHARE of the machine
+    others_cpu_share: Optional[float] = None
+    steal_share: Optional[float] = None
+    load_avg_1m: Optional[float] = None
+    contended: bool = False
 
 
 class Splits(Record):
@@ -207,6 +213,7 @@ class TrialResult(Record):
     step_ms_p10: Optional[float] = None
     step_ms_p90: Optional[float] = None
     data_wait_ms_median: Optional[float] = None
+    contended_windows: int = 0  # timed windows measured while other processes competed for the cores
     steps: list[StepRecord] = Field(default_factory=list)
     accuracy: Optional[Accuracy] = None
     memory: Memory = Field(default_factory=Memory)

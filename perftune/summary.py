@@ -15,6 +15,10 @@ def _num(value, fmt: str = ".1f") -> str:
     return format(value, fmt) if value is not None else "n/a"
 
 
+def _share(value) -> str:
+    return "?" if value is None else f"{value:.0%}"
+
+
 def trial_summary(r: TrialResult, trial_dir: Path) -> str:
     if r.status != "ok":
         lines = [f"trial {r.trial_id}: {r.status.upper()}: {r.reason}"]
@@ -29,6 +33,8 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
         f"  step time    median {r.step_ms_median:.2f} ms (p10 {r.step_ms_p10:.2f}, p90 {r.step_ms_p90:.2f}), "
         f"waiting for data {r.data_wait_ms_median:.2f} ms",
         f"  compile      {_num(r.compile_ms, '.0f')} ms (first step)",
+        f"  machine      others used {_share(max((w.others_cpu_share for w in r.windows if w.others_cpu_share is not None), default=None))} "
+        f"of the cores at most during a timed window; {r.contended_windows} of {len(r.windows)} windows contended",
         f"  memory       host RSS peak {_mb(r.memory.host_rss_peak_bytes)}, allocator peak "
         f"{_mb(r.memory.allocator_peak_bytes)}",
     ]

@@ -207,3 +207,33 @@ def test_learning_rate_scaled_with_the_batch_under_the_linear_rule(tmp_path_fact
     acc = result.accuracy
     assert acc.lr_scale == 2.0 and acc.samples_seen == 64 * acc.updates
     assert acc.updates == math.ceil(plan.accuracy_samples() / 64)
+
+
+def test_timed_windows_sync_once_and_record_contention(baseline):
+    """Each window's time is measured around its steps and one read-back of their losses at the end (the per-step
+    times add up to it); the contention guard recorded how busy the rest of the machine was."""
+    result, _ = baseline
+    timed = [s for s in result.steps if s.phase == "timed"]
+    assert len(result.windows) == TINY_BURST["repeats"] and all(s.loss is not None for s in timed)
+    for w, window in enumerate(result.windows):
+        steps = [s for s in timed if s.window == w]
+        assert sum(s.step_ms for s in steps) == pytest.approx(window.total_ms, rel=1e-9)
+        assert window.others_cpu_share is not None and 0.0 <= window.others_cpu_share <= 1.0
+        assert window.steal_share is not None and window.load_avg_1m is not None
+    assert result.contended_windows == sum(w.contended for w in result.windows)
+
+
+def test_contention_is_others_cpu_over_the_machine():
+    from perftune.contention import CONTENDED_SHARE, Reading, between
+
+    cores = psutil.cpu_count()
+    start = Reading(wall_s=100.0, busy_s=1000.0, steal_s=5.0, own_s=10.0)
+    # 2 s of wall time: all cores busy, of which 1.5 CPU-seconds were ours
+    end = Reading(wall_s=102.0, busy_s=1000.0 + 2.0 * cores, steal_s=5.0, own_s=11.5)
+    c = between(start, end)
+    assert c.others_cpu_share == pytest.approx((2.0 * cores - 1.5) / (2.0 * cores))
+    assert c.contended == (c.others_cpu_share > CONTENDED_SHARE) and c.steal_share == 0.0
+    quiet = between(start, Reading(wall_s=102.0, busy_s=1001.5, steal_s=5.0, own_s=11.5))
+    assert quiet.others_cpu_share == 0.0 and not quiet.contended
+    unknown = between(Reading(0.0, None, None, 0.0), Reading(1.0, None, None, 0.5))
+    assert unknown.others_cpu_share is None and not unknown.contended
