@@ -490,10 +490,21 @@ class Burst:
         started = time.perf_counter()
         self.build()
         self.result.environment = environment(self.spec.device, self.k["kernel_threads"] or None)
-        self.accuracy_phase()
+        # What is deterministic for a configuration is done once, in its first process (replicate 0): the accuracy
+        # window and the profiled steps.  A repeat process (a baseline re-measured through the sweep) runs warm-up
+        # and timed windows only, and compiles one graph instead of two (the accuracy step is never called).
+        repeat = self.spec.replicate > 0
+        if repeat:
+            self.result.notes.append(f"repeat process {self.spec.replicate + 1} of this configuration: accuracy and "
+                                     "profile come from its first process; only warm-up and timed windows ran")
+        else:
+            self.accuracy_phase()
         self.warmup_phase()
+        if repeat and self.result.steps:
+            self.result.compile_ms = self.result.steps[0].step_ms  # the first warm-up step compiled the graph
         self.timed_phase()
-        self.profiled_phase()
+        if not repeat:
+            self.profiled_phase()
         self.memory()
         self.result.status = "ok"
         if self.world > 1:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -102,19 +104,34 @@ def sweep(plan_path: Path, out_dir: Path | None, fresh: bool, progress: bool, re
 
     plan = load_plan(plan_path)
     out = out_dir or plan_output_dir(plan, plan_path)
+    argv = ["sweep", str(plan_path)] + (["--out", str(out_dir)] if out_dir else [])
+    terminated = []
+
+    def on_sigterm(signum, frame):  # handled like Ctrl-C: the running burst is stopped, results saved
+        terminated.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        argv = ["sweep", str(plan_path)] + (["--out", str(out_dir)] if out_dir else [])
         result = run_sweep(plan, out, plan_path, fresh=fresh, progress=progress, argv=argv)
     except KeyboardInterrupt:
-        again = f"perftune sweep {plan_path}" + (f" --out {out_dir}" if out_dir else "")
-        click.echo(f"\ninterrupted: finished trials are saved in {out}; resume with: {again}", err=True)
-        sys.exit(130)
+        again = shlex.join(["perftune", *argv])
+        why = "terminated (SIGTERM)" if terminated else "interrupted"
+        click.echo(f"\n{why}: finished trials are saved in {out}; resume with: {again}", err=True)
+        sys.exit(143 if terminated else 130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     report_path = None
     if report:
         from perftune.report import write_report
 
         report_path = write_report(out)
     click.echo(sweep_summary(result, out, report_path))
+    first = result.trials[0] if result.trials else None
+    if first is None or first.result.status != "ok":
+        click.echo(f"perftune: the baseline failed ({first.reason if first else 'nothing ran'}): nothing could be "
+                   "compared", err=True)
+        sys.exit(1)
 
 
 def _threshold(text: str) -> float:

@@ -393,6 +393,11 @@ def _step_rate_windows(e: Entry) -> list[float]:
 def _measurement(entries: list[Entry], windows: Callable[[Entry], list[float]]) -> Optional[stats.Measurement]:
     procs = [windows(e) for e in entries if e.ok]
     procs = [p for p in procs if p]
+    for e in entries:
+        bad = [v for v in (windows(e) if e.ok else []) if v is None or not math.isfinite(v) or v <= 0]
+        if bad:
+            raise UserError(f"{e.source}: trial {e.result.trial_id} has an unusable window throughput ({bad[0]!r}; "
+                            "expected finite numbers > 0): the file is corrupted or was edited")
     return stats.Measurement.of(procs) if procs else None
 
 

@@ -238,3 +238,15 @@ def test_ci_plan_is_valid_and_small():
     plan = load_plan(REPO / "experiments" / "ci" / "tiny.yaml")
     assert plan.workload == "mlp" and len(plan.variables) <= 1
     assert plan.burst.steps * plan.burst.repeats <= 200
+
+
+@pytest.mark.parametrize("value", [0.0, -5.0])
+def test_unusable_throughput_is_exit_2_not_a_regression(compare_runs, tmp_path, value):
+    """CI reads exit 1 as "regression": a corrupted or edited number must be exit 2 with one line, never a traceback."""
+    source = baseline_trial(compare_runs["same_a"] / "1")
+    data = json.loads(source.read_text())
+    data["windows"][0]["samples_per_s"] = value
+    bad = tmp_path / "bad" / "trial.json"
+    bad.parent.mkdir()
+    bad.write_text(json.dumps(data))
+    assert_refused(compare_cli(source, bad), "unusable window throughput", "finite numbers > 0")
