@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from perftune import accuracy as accuracy_gate
-from perftune import stats
+from perftune import noop, stats
 from perftune.launch import make_spec, read_result, run_trial
 from perftune.plan import Plan
 from perftune.records import (
@@ -183,10 +183,11 @@ class Sweep:
         gate = accuracy_gate.check(base_acc, trial.result.accuracy, self.plan.accuracy) if base_acc else None
         if gate is not None:
             trial.accuracy_changes = gate.changes
-        notes = [n for n in trial.result.notes
-                 if "has no effect" in n and any(n.startswith(f"{knob}=") for knob in trial.changes)]
+        no_effect = noop.no_effect_reasons(trial.changes, trial.result)
         if comparison is None:
             trial.verdict, trial.reason = "failed", "no throughput to compare"
+        elif no_effect:  # before the timing: a known no-op that timed faster is noise, never a win
+            trial.verdict, trial.reason = "no effect", no_effect[0]
         elif comparison.verdict == "faster":
             if gate is not None and not gate.ok:
                 trial.verdict, trial.reason = "accuracy rejected", f"faster (x{comparison.ratio:.2f}) but {gate.reason}"
@@ -194,8 +195,6 @@ class Sweep:
                 trial.verdict = "kept"
                 trial.reason = (f"x{comparison.ratio:.2f} [{comparison.ci_low:.2f}, {comparison.ci_high:.2f}] "
                                 f"vs {ref_label}")
-        elif notes:
-            trial.verdict, trial.reason = "no effect", notes[0]
         elif comparison.verdict == "slower":
             trial.verdict = "slower"
             trial.reason = f"x{comparison.ratio:.2f} [{comparison.ci_low:.2f}, {comparison.ci_high:.2f}] vs {ref_label}"
@@ -205,7 +204,7 @@ class Sweep:
             why = "interval includes 1" if comparison.ci_low <= 1 <= comparison.ci_high else \
                 f"gain {gain:+.1%} below min_gain {self.plan.decision.min_gain:.0%}"
             trial.reason = f"x{comparison.ratio:.2f} [{comparison.ci_low:.2f}, {comparison.ci_high:.2f}]: {why}"
-        if gate is not None and not gate.ok and trial.verdict in ("not significant", "slower"):
+        if gate is not None and not gate.ok and trial.verdict in ("not significant", "slower", "no effect"):
             trial.reason += f"; accuracy also worse: {gate.reason}"
         self.save()
 

@@ -24,25 +24,49 @@ def by_label(result: SweepResult) -> dict:
     return {t.label: t for t in result.trials if t.kind == "single"}
 
 
-def test_data_bound_sweep_keeps_workers_and_rejects_pynative(quick_sweep):
+#: what a measured single may come out as; which one is the machine's doing (decisions: test_sweep_logic.py)
+SINGLE_VERDICTS = {"kept", "not significant", "slower", "accuracy rejected", "no effect"}
+
+
+def assert_consistent(result: SweepResult, out: Path) -> None:
+    """results.json agrees with the trial files, and the stack and best configuration with the trials."""
+    ids = {t.trial_id for t in result.trials}
+    for t in result.trials:
+        on_file = json.loads((out / "trials" / t.trial_id / "trial.json").read_text())
+        assert on_file["trial_id"] == t.trial_id and on_file["status"] == t.result.status
+        assert on_file["windows"] == [w.model_dump() for w in t.result.windows]
+    assert result.stack and result.stack[0].label == "baseline" and result.stack[0].kept
+    assert all(step.trial_id in ids for step in result.stack)
+    kept = [step.label for step in result.stack[1:] if step.kept]
+    assert result.best_label == (kept[-1] if kept else "baseline") and result.best_trial_id in ids
+    if len(result.stack) > 1:  # the first row on top of the baseline is the best kept single itself
+        best_single = max((t for t in result.trials if t.kind == "single" and t.verdict == "kept"),
+                          key=lambda t: t.vs_baseline.ratio)
+        assert result.stack[1].trial_id == best_single.trial_id
+
+
+def test_data_bound_sweep_runs_every_trial_and_records_its_decisions(quick_sweep):
     result = SweepResult.model_validate_json((quick_sweep / "results.json").read_text())
     assert result.status == "complete" and result.schema_version == 1
     singles = by_label(result)
-    workers = singles["+num_parallel_workers=2"]
-    assert workers.verdict == "kept", workers.reason
-    assert workers.vs_baseline.ci_low > 1.0 and workers.vs_baseline.ratio > 1.03
-    pynative = singles["+mode=pynative"]
-    assert pynative.verdict == "slower", pynative.reason
-    assert pynative.vs_baseline.ci_high < 1.0
-    # the baseline waits for its batch: data knobs go first
-    assert "data-pipeline knobs first" in result.order_rule
-    assert [t.label for t in result.trials if t.kind == "single"][0] == "+num_parallel_workers=2"
-    # A/A: the baseline measured again later is not significantly different from itself
-    assert result.aa_check is not None and result.aa_check.verdict == "not significant"
-    assert [s.label for s in result.stack] == ["baseline", "+num_parallel_workers=2"]
-    assert result.best_label == "+num_parallel_workers=2"
+    assert set(singles) == {"+num_parallel_workers=2", "+mode=pynative"}
+    for t in singles.values():
+        assert t.result.status == "ok" and len(t.result.windows) == 2, t.reason
+        assert t.verdict in SINGLE_VERDICTS and t.reason
+        c = t.vs_baseline
+        assert c.reference == "baseline" and c.ci_low <= c.ratio <= c.ci_high
+    assert [t.replicate for t in result.trials if t.kind == "baseline"] == [0, 1, 2]
+    # the order rule follows the first baseline's own data-wait share (the fixture makes it data-bound)
+    first = result.trials[0].result
+    share = first.data_wait_ms_median / first.step_ms_median
+    assert f"waits for data {share:.0%}" in result.order_rule
+    expected_first = "+num_parallel_workers=2" if share >= 0.25 else "+mode=pynative"
+    assert [t.label for t in result.trials if t.kind == "single"][0] == expected_first
+    # A/A: the baseline measured again later is compared with its first run
+    assert result.aa_check is not None and result.aa_check.reference == "baseline (run 1)"
+    assert_consistent(result, quick_sweep)
     # identical maths: data workers do not change the losses
-    assert workers.accuracy_changes["val_loss"] == pytest.approx(0.0, abs=1e-9)
+    assert singles["+num_parallel_workers=2"].accuracy_changes["val_loss"] == pytest.approx(0.0, abs=1e-9)
 
 
 def test_results_on_disk_and_tables(quick_sweep):
@@ -53,14 +77,15 @@ def test_results_on_disk_and_tables(quick_sweep):
         assert t.result.steps == []  # per-step rows stay in trial.json
         assert json.loads(trial_json.read_text())["steps"]
     ablation = pd.read_csv(quick_sweep / "ablation.csv")
-    assert list(ablation["configuration"]) == ["baseline", "+num_parallel_workers=2"]
+    assert list(ablation["configuration"]) == [s.label for s in result.stack]
     for column in ("samples_per_s", "speedup", "speedup_ci_low", "step_ms", "data_ms", "forward_ms", "backward_ms",
                    "optimizer_ms", "communication_ms", "other_ms", "peak_mem_mb", "val_loss", "val_loss_change"):
         assert column in ablation.columns
-    assert ablation["speedup"][1] > 1.0
+    assert ablation["speedup"][0] == 1.0 and (ablation["samples_per_s"] > 0).all()
     md = (quick_sweep / "ablation.md").read_text()
-    assert "### Cumulative ablation" in md and "| +num_parallel_workers=2 | kept |" in md
-    assert "### One variable at a time" in md and "+mode=pynative | slower" in md
+    assert "### Cumulative ablation" in md and "### One variable at a time" in md
+    for t in by_label(result).values():
+        assert f"| {t.label} | {t.verdict} |" in md
 
 
 def test_load_results_gives_dataframes(quick_sweep):
@@ -69,17 +94,18 @@ def test_load_results_gives_dataframes(quick_sweep):
     assert len(results.trials) == len(results.raw.trials)
     assert {"knob.mode", "samples_per_s", "speedup", "val_loss"} <= set(results.trials.columns)
     assert len(results.windows) == sum(len(t.result.windows) for t in results.raw.trials)
-    assert list(results.stack["configuration"]) == ["baseline", "+num_parallel_workers=2"]
-    if not results.splits.empty:
-        total = results.splits[[f"{p}_ms" for p in ("data", "forward", "backward", "optimizer", "communication",
-                                                   "other")]].sum(axis=1)
-        assert (abs(total - results.splits["step_ms"]) <= 0.05 * results.splits["step_ms"]).all()
+    assert list(results.stack["configuration"]) == [s.label for s in results.raw.stack]
+    assert not results.splits.empty  # every trial profiled its steps
+    total = results.splits[[f"{p}_ms" for p in ("data", "forward", "backward", "optimizer", "communication",
+                                               "other")]].sum(axis=1)
+    assert (abs(total - results.splits["step_ms"]) <= 0.05 * results.splits["step_ms"]).all()
 
 
 @pytest.fixture(scope="module")
 def eager_sweep(tmp_path_factory):
-    """A compute-bound, eager (PyNative) baseline: AMP is slower on CPU, a 4x batch is faster but sees 4x fewer
-    updates at equal samples seen (so its validation loss is worse), and 64 data workers cannot run here."""
+    """A compute-bound, eager (PyNative) baseline: a 4x batch sees 4x fewer updates at equal samples seen (so its
+    validation loss is worse, whatever its speed), 64 data workers cannot run here, and dataset sinking does nothing
+    on CPU.  Which of two configurations is faster is the machine's answer and is not asserted here."""
     folder = tmp_path_factory.mktemp("eager_sweep")
     plan = write_plan(folder, name="eager", baseline={"batch_size": 32, "mode": "pynative", "prefetch_size": 2},
                       variables={"amp_level": ["O1"], "batch_size": [128], "num_parallel_workers": [64],
@@ -88,31 +114,34 @@ def eager_sweep(tmp_path_factory):
     out = folder / "out"
     run = run_sweep_cli(plan, out)
     assert run.exit_code == 0, run.output
-    return SweepResult.model_validate_json((out / "results.json").read_text()), run.output
+    return SweepResult.model_validate_json((out / "results.json").read_text()), run.output, out
 
 
-def test_amp_on_cpu_is_slower(eager_sweep):
+def test_amp_trial_is_measured_and_decided(eager_sweep):
     amp = by_label(eager_sweep[0])["+amp_level=O1"]
-    assert amp.verdict == "slower", amp.reason
+    assert amp.result.status == "ok" and amp.result.windows and amp.result.knobs["amp_level"] == "O1"
+    assert amp.verdict in SINGLE_VERDICTS and amp.vs_baseline is not None, amp.reason
 
 
-def test_faster_change_that_breaks_accuracy_is_rejected(eager_sweep):
+def test_change_that_breaks_accuracy_is_never_kept(eager_sweep):
     big = by_label(eager_sweep[0])["+batch_size=128"]
-    assert big.verdict == "accuracy rejected", big.reason
-    assert big.vs_baseline.ratio > 1.0
+    # the gate's answer does not depend on timing: worse val_loss at equal samples seen, named in the reason
+    assert big.accuracy_changes["val_loss"] > 0.005
+    assert big.verdict in ("accuracy rejected", "not significant", "slower"), big.reason
     assert "val_loss" in big.reason and "tolerance 0.5%" in big.reason
     assert big.result.accuracy.samples_seen == eager_sweep[0].trials[0].result.accuracy.samples_seen
 
 
 def test_a_trial_that_cannot_run_is_recorded_and_the_sweep_completes(eager_sweep):
-    result, output = eager_sweep
+    result, output, out = eager_sweep
     workers = by_label(result)["+num_parallel_workers=64"]
     assert workers.verdict == "unsupported"
     assert "exceeds the boundary" in workers.reason
     assert result.status == "complete"
     sink = by_label(result)["+dataset_sink_mode=true"]
-    assert sink.verdict == "no effect" and "has no effect on CPU" in sink.reason
+    assert sink.verdict == "no effect" and "has no effect on CPU" in sink.reason  # whatever its timing (issue 12)
     assert "best:" in output
+    assert_consistent(result, out)
 
 
 def _sweep_cmd(plan: Path, out: Path) -> list[str]:

@@ -1,0 +1,312 @@
+"""The sweep's decisions on scripted measurements: every verdict and branch, without depending on machine timing.
+
+Real bursts cannot test decisions on a shared, noisy machine (which of two configurations runs faster is the
+machine's choice, not the code's).  Here a scripted runner stands in for ``launch.run_trial``: it returns real,
+valid ``TrialResult`` records whose window throughputs, accuracy, notes and status the test chooses per
+configuration (with fixed, seeded noise), and writes ``trial.json`` atomically like a burst, so resume is real.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+from perftune.plan import Plan
+from perftune.records import Accuracy, SweepResult, TrialResult, TrialSpec, WindowStats
+from perftune.store import write_json_atomic
+from perftune.sweep import Sweep
+
+BASE_SPS = 100.0  # baseline throughput, samples/s
+WINDOWS = 3
+
+
+@dataclass
+class Script:
+    """What one configuration (by label) measures: throughput factor vs the baseline, or per replicate."""
+
+    factor: float | list[float] = 1.0
+    status: str = "ok"
+    reason: Optional[str] = None
+    notes: list[str] = field(default_factory=list)
+    applied: dict[str, Any] = field(default_factory=dict)
+    val_loss: float = 2.0
+    data_share: float = 0.1  # data wait / step, for the order rule (baseline's first run)
+
+
+class ScriptedRunner:
+    """``run(spec, trial_dir) -> TrialResult`` with chosen numbers; records every call it got."""
+
+    def __init__(self, scripts: dict[str, Script], interrupt_at: Optional[int] = None):
+        self.scripts = scripts
+        self.interrupt_at = interrupt_at  # raise KeyboardInterrupt on this call (1-based), before writing
+        self.calls: list[tuple[str, int]] = []
+
+    def __call__(self, spec: TrialSpec, trial_dir: Path) -> TrialResult:
+        if self.interrupt_at is not None and len(self.calls) + 1 == self.interrupt_at:
+            raise KeyboardInterrupt
+        self.calls.append((spec.label, spec.replicate))
+        s = self.scripts.get(spec.label)
+        assert s is not None, f"the sweep ran a configuration the test did not script: {spec.label}"
+        fields = dict(trial_id=spec.trial_id, workload=spec.workload, device=spec.device, knobs=spec.knobs,
+                      burst=spec.burst, notes=list(s.notes), applied=dict(s.applied))
+        if s.status != "ok":
+            result = TrialResult(status=s.status, reason=s.reason or f"scripted {s.status}", **fields)
+        else:
+            factor = s.factor[spec.replicate] if isinstance(s.factor, list) else s.factor
+            rng = random.Random(f"{spec.label}/{spec.replicate}")  # deterministic noise per process
+            sps = [BASE_SPS * factor * (1 + rng.uniform(-0.01, 0.01)) for _ in range(WINDOWS)]
+            step_ms = 1000 * spec.knobs["batch_size"] / (BASE_SPS * factor)
+            result = TrialResult(
+                status="ok", **fields,
+                windows=[WindowStats(steps=10, total_ms=10 * 1000 * spec.knobs["batch_size"] / v,
+                                     median_step_ms=1000 * spec.knobs["batch_size"] / v, samples_per_s=v)
+                         for v in sps],
+                samples_per_s=sorted(sps)[1], step_ms_median=step_ms, data_wait_ms_median=s.data_share * step_ms,
+                accuracy=Accuracy(samples_seen=spec.accuracy_samples, val_loss=s.val_loss, train_loss=s.val_loss))
+        write_json_atomic(trial_dir / "trial.json", result.model_dump(mode="json"))
+        return result
+
+
+def make_sweep(tmp_path: Path, variables: dict[str, list], scripts: dict[str, Script], *, baseline_runs: int = 3,
+               min_gain: float = 0.03, retry_on_stack: bool = True, interrupt_at: Optional[int] = None,
+               baseline: Optional[dict] = None) -> tuple[Sweep, ScriptedRunner]:
+    """The one place sweeps are built (so a package move changes one function)."""
+    plan = Plan(name="scripted", workload="tiny_mlp", baseline=baseline or {}, variables=variables,
+                decision={"baseline_runs": baseline_runs, "min_gain": min_gain, "retry_on_stack": retry_on_stack})
+    runner = ScriptedRunner(scripts, interrupt_at)
+    return Sweep(plan, tmp_path / "out", progress=False, run=runner), runner
+
+
+def singles(result: SweepResult) -> dict:
+    return {t.label: t for t in result.trials if t.kind == "single"}
+
+
+def on_disk(sweep: Sweep) -> SweepResult:
+    return SweepResult.model_validate_json((sweep.out / "results.json").read_text())
+
+
+# -- one-at-a-time verdicts -------------------------------------------------------------------------------------
+def test_every_single_verdict(tmp_path):
+    variables = {"mode": ["pynative"], "jit_level": ["O1"], "graph_kernel": ["on"], "kernel_threads": [1, 2, 3, 4],
+                 "batch_size": [64], "num_parallel_workers": [2]}
+    scripts = {
+        "baseline": Script(),
+        "+mode=pynative": Script(factor=0.5),  # slower
+        "+jit_level=O1": Script(factor=1.0),  # interval includes 1
+        "+graph_kernel=on": Script(factor=1.6, val_loss=2.5),  # faster but worse accuracy
+        "+kernel_threads=1": Script(status="failed", reason="boom"),
+        "+kernel_threads=2": Script(status="timeout"),
+        "+kernel_threads=3": Script(status="oom"),
+        "+kernel_threads=4": Script(status="unsupported"),
+        "+batch_size=64": Script(factor=0.5, val_loss=2.5),  # slower and worse accuracy
+        "+num_parallel_workers=2": Script(factor=1.6),  # kept
+    }
+    sweep, runner = make_sweep(tmp_path, variables, scripts, retry_on_stack=False)
+    result = sweep.run()
+    s = singles(result)
+    assert {label: t.verdict for label, t in s.items()} == {
+        "+mode=pynative": "slower", "+jit_level=O1": "not significant", "+graph_kernel=on": "accuracy rejected",
+        "+kernel_threads=1": "failed", "+kernel_threads=2": "timeout", "+kernel_threads=3": "oom",
+        "+kernel_threads=4": "unsupported", "+batch_size=64": "slower", "+num_parallel_workers=2": "kept"}
+    assert "interval includes 1" in s["+jit_level=O1"].reason
+    assert "val_loss" in s["+graph_kernel=on"].reason and s["+graph_kernel=on"].accuracy_changes["val_loss"] == \
+        pytest.approx(0.25)
+    assert "accuracy also worse" in s["+batch_size=64"].reason
+    assert s["+kernel_threads=1"].reason == "boom"
+    assert s["+num_parallel_workers=2"].vs_baseline.ci_low > 1.0
+    # only the kept change stacks; with one kept change there is nothing to stack on top or leave out
+    assert [(st.label, st.kept) for st in result.stack] == [("baseline", True), ("+num_parallel_workers=2", True)]
+    assert result.best_label == "+num_parallel_workers=2"
+    assert not [t for t in result.trials if t.kind in ("stack", "leave_one_out")]
+    assert result.status == "complete" and on_disk(sweep) == result
+
+
+def test_gain_below_min_gain_is_not_significant(tmp_path):
+    sweep, _ = make_sweep(tmp_path, {"mode": ["pynative"]}, {"baseline": Script(), "+mode=pynative": Script(1.4)},
+                          min_gain=0.5)
+    t = singles(sweep.run())["+mode=pynative"]
+    assert t.vs_baseline.ci_low > 1.0  # the interval excludes 1 ...
+    assert t.verdict == "not significant" and "below min_gain 50%" in t.reason  # ... but the gain is too small
+
+
+# -- issue 12 item 1: a known no-op is never a win -----------------------------------------------------------------
+def test_known_noop_is_no_effect_even_when_timed_clearly_faster(tmp_path):
+    note = "dataset_sink_mode=true has no effect on CPU: MindSpore accepts it and ignores it"
+    scripts = {
+        "baseline": Script(),
+        "+dataset_sink_mode=true": Script(factor=1.8, notes=[note]),
+        # read back shows the requested value was not applied
+        "+num_parallel_workers=2": Script(factor=1.8, applied={"num_parallel_workers": 1}),
+        # a no-effect note about another knob does not make this change a no-op
+        "+mode=pynative": Script(factor=1.8, notes=["jit_level=O1 has no effect in pynative mode"],
+                                 applied={"mode": "pynative"}),
+    }
+    sweep, _ = make_sweep(tmp_path, {"dataset_sink_mode": [True], "num_parallel_workers": [2], "mode": ["pynative"]},
+                          scripts)
+    result = sweep.run()
+    s = singles(result)
+    sink = s["+dataset_sink_mode=true"]
+    assert sink.vs_baseline.verdict == "faster"  # the timing says faster ...
+    assert sink.verdict == "no effect" and sink.reason == note  # ... the verdict does not believe it
+    workers = s["+num_parallel_workers=2"]
+    assert workers.vs_baseline.verdict == "faster"
+    assert workers.verdict == "no effect" and "was not applied" in workers.reason
+    assert s["+mode=pynative"].verdict == "kept"
+    assert [st.label for st in result.stack] == ["baseline", "+mode=pynative"]
+    assert result.best_label == "+mode=pynative"
+
+
+# -- stacking, dropped, retry_on_stack, leave-one-out ---------------------------------------------------------------
+STACK_VARS = {"mode": ["pynative"], "num_parallel_workers": [2], "prefetch_size": [32], "jit_level": ["O1"]}
+
+
+def stack_scripts() -> dict[str, Script]:
+    return {
+        "baseline": Script(),
+        "+mode=pynative": Script(2.0),  # kept, largest gain: stacked first
+        "+num_parallel_workers=2": Script(1.6),  # kept
+        "+prefetch_size=32": Script(1.4),  # kept alone, but nothing on top of the stack: dropped
+        "+jit_level=O1": Script(1.0),  # not significant alone; helps once stacked
+        "+mode=pynative +num_parallel_workers=2": Script(3.2),
+        "+mode=pynative +num_parallel_workers=2 +prefetch_size=32": Script(3.2),
+        "+mode=pynative +num_parallel_workers=2 +jit_level=O1": Script(5.0),
+        # leave-one-out: the final stack without each change
+        "+num_parallel_workers=2 +jit_level=O1": Script(2.0),
+        "+mode=pynative +jit_level=O1": Script(3.0),
+    }
+
+
+def test_stack_dropped_retry_and_leave_one_out(tmp_path):
+    sweep, runner = make_sweep(tmp_path, STACK_VARS, stack_scripts(), baseline_runs=2)
+    result = sweep.run()
+    s = singles(result)
+    assert [s[k].verdict for k in ("+mode=pynative", "+num_parallel_workers=2", "+prefetch_size=32",
+                                   "+jit_level=O1")] == ["kept", "kept", "kept", "not significant"]
+    assert [(st.label, st.kept) for st in result.stack] == [
+        ("baseline", True),
+        ("+mode=pynative", True),
+        ("+mode=pynative +num_parallel_workers=2", True),
+        ("+mode=pynative +num_parallel_workers=2 +prefetch_size=32", False),
+        ("+mode=pynative +num_parallel_workers=2 +jit_level=O1", True),  # retried on the stack, and it helped
+    ]
+    stacks = {t.label: t for t in result.trials if t.kind == "stack"}
+    dropped = stacks["+mode=pynative +num_parallel_workers=2 +prefetch_size=32"]
+    assert dropped.verdict == "dropped" and dropped.reason.startswith("not significant")
+    assert dropped.vs_previous.reference == "+mode=pynative +num_parallel_workers=2"
+    assert dropped.vs_baseline.verdict == "faster"  # faster than the baseline, but not than the stack before it
+    assert result.best_label == "+mode=pynative +num_parallel_workers=2 +jit_level=O1"
+    assert result.best_vs_baseline.ratio == pytest.approx(5.0, rel=0.05)
+    # leave-one-out: one trial per kept change, each says how much the final stack gains over it
+    loo = {t.label: t for t in result.trials if t.kind == "leave_one_out"}
+    assert set(loo) == {"+num_parallel_workers=2 +jit_level=O1", "+mode=pynative +jit_level=O1",
+                        "+mode=pynative +num_parallel_workers=2"}
+    assert all(t.verdict == "measured" and t.reason.startswith("removing ") for t in loo.values())
+    assert loo["+num_parallel_workers=2 +jit_level=O1"].vs_previous.ratio == pytest.approx(2.5, rel=0.05)
+    assert loo["+mode=pynative +jit_level=O1"].vs_previous.ratio == pytest.approx(5 / 3, rel=0.05)
+    # the configuration without jit_level is the earlier stack row: reused from its trial.json, not run again
+    assert runner.calls.count(("+mode=pynative +num_parallel_workers=2", 0)) == 1
+    assert not any(t.reused for t in result.trials)  # reused means "from an earlier run" only
+    assert on_disk(sweep) == result
+
+
+def test_retry_on_stack_off_skips_not_significant_changes(tmp_path):
+    sweep, runner = make_sweep(tmp_path, STACK_VARS, stack_scripts(), baseline_runs=2, retry_on_stack=False)
+    result = sweep.run()
+    assert [st.label for st in result.stack] == [
+        "baseline", "+mode=pynative", "+mode=pynative +num_parallel_workers=2",
+        "+mode=pynative +num_parallel_workers=2 +prefetch_size=32"]
+    assert not any("+jit_level=O1" in label and label != "+jit_level=O1" for label, _ in runner.calls)
+    assert result.best_label == "+mode=pynative +num_parallel_workers=2"
+
+
+def test_not_significant_single_is_not_the_first_stack_row(tmp_path):
+    # retry_on_stack with nothing kept: a not-significant change has nothing to be stacked on
+    sweep, runner = make_sweep(tmp_path, {"jit_level": ["O1"]}, {"baseline": Script(), "+jit_level=O1": Script()},
+                               baseline_runs=2)
+    result = sweep.run()
+    assert [st.label for st in result.stack] == ["baseline"] and result.best_label == "baseline"
+    assert result.best_vs_baseline is None
+    assert runner.calls == [("baseline", 0), ("+jit_level=O1", 0), ("baseline", 1)]
+
+
+# -- A/A slots, order rule, failed baseline ----------------------------------------------------------------------
+def test_baseline_runs_fall_between_singles_and_aa_check(tmp_path):
+    variables = {"kernel_threads": [1, 2, 3, 4]}
+    scripts = {"baseline": Script(), **{f"+kernel_threads={n}": Script() for n in (1, 2, 3, 4)}}
+    sweep, runner = make_sweep(tmp_path, variables, scripts, baseline_runs=3)
+    result = sweep.run()
+    assert runner.calls == [("baseline", 0), ("+kernel_threads=1", 0), ("+kernel_threads=2", 0), ("baseline", 1),
+                            ("+kernel_threads=3", 0), ("+kernel_threads=4", 0), ("baseline", 2)]
+    assert [t.replicate for t in result.trials if t.kind == "baseline"] == [0, 1, 2]
+    assert result.aa_check.reference == "baseline (run 1)" and result.aa_check.verdict == "not significant"
+
+
+def test_aa_check_shows_drift_and_single_baseline_run_has_none(tmp_path):
+    scripts = {"baseline": Script(factor=[1.0, 2.0]), "+kernel_threads=1": Script()}
+    sweep, runner = make_sweep(tmp_path, {"kernel_threads": [1]}, scripts, baseline_runs=2)
+    aa = sweep.run().aa_check
+    # the machine drifted x2 between the baseline runs: the A/A check shows it as the ratio, and (its runs being
+    # the noise estimate too) as an interval too wide to resolve anything
+    assert aa.ratio == pytest.approx(2.0, rel=0.03) and aa.ci_low < 1.0 < aa.ci_high
+    assert runner.calls == [("baseline", 0), ("+kernel_threads=1", 0), ("baseline", 1)]
+    sweep, runner = make_sweep(tmp_path / "one", {"kernel_threads": [1]}, scripts, baseline_runs=1)
+    assert sweep.run().aa_check is None and len(runner.calls) == 2
+
+
+@pytest.mark.parametrize("data_share,first", [(0.5, "+prefetch_size=32"), (0.1, "+mode=pynative")])
+def test_order_rule(tmp_path, data_share, first):
+    variables = {"prefetch_size": [32], "mode": ["pynative"], "num_parallel_workers": [2]}
+    scripts = {"baseline": Script(data_share=data_share), "+prefetch_size=32": Script(),
+               "+mode=pynative": Script(), "+num_parallel_workers=2": Script()}
+    sweep, runner = make_sweep(tmp_path, variables, scripts, baseline_runs=1)
+    result = sweep.run()
+    if data_share >= 0.25:
+        assert "waits for data 50%" in result.order_rule and "data-pipeline knobs first" in result.order_rule
+        assert [c[0] for c in runner.calls] == ["baseline", "+prefetch_size=32", "+num_parallel_workers=2",
+                                                "+mode=pynative"]
+    else:
+        assert "compute knobs first" in result.order_rule
+        assert [c[0] for c in runner.calls] == ["baseline", "+mode=pynative", "+prefetch_size=32",
+                                                "+num_parallel_workers=2"]
+    assert [t.label for t in result.trials if t.kind == "single"][0] == first
+
+
+def test_failed_baseline_stops_the_sweep(tmp_path):
+    scripts = {"baseline": Script(status="oom", reason="killed")}
+    sweep, runner = make_sweep(tmp_path, {"mode": ["pynative"]}, scripts)
+    result = sweep.run()
+    assert runner.calls == [("baseline", 0)]
+    assert len(result.trials) == 1 and result.trials[0].verdict == "oom"
+    assert result.trials[0].reason == "the baseline itself failed: killed"
+    assert result.stack == [] and result.best_label is None and result.status == "complete"
+    assert on_disk(sweep) == result
+
+
+# -- interruption and resume -------------------------------------------------------------------------------------
+def test_resume_after_interrupt_reuses_finished_trials(tmp_path):
+    sweep, runner = make_sweep(tmp_path, STACK_VARS, stack_scripts(), baseline_runs=2, interrupt_at=4)
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run()
+    first_calls = list(runner.calls)
+    assert len(first_calls) == 3
+    interrupted = on_disk(sweep)
+    assert interrupted.status == "interrupted" and len(interrupted.trials) == 3
+
+    again, runner2 = make_sweep(tmp_path, STACK_VARS, stack_scripts(), baseline_runs=2)
+    result = again.run()
+    reference, full = make_sweep(tmp_path / "uninterrupted", STACK_VARS, stack_scripts(), baseline_runs=2)
+    expected = reference.run()
+    assert runner2.calls == full.calls[3:]  # only what was missing ran
+    assert [t.label for t in result.trials if t.reused] == [label for label, _ in first_calls]
+    assert [(t.label, t.kind, t.verdict) for t in result.trials] == \
+        [(t.label, t.kind, t.verdict) for t in expected.trials]
+    assert [(s.label, s.kept) for s in result.stack] == [(s.label, s.kept) for s in expected.stack]
+    assert result.status == "complete" and on_disk(again) == result
+    for t in result.trials:  # results.json agrees with every trial file
+        on_file = json.loads((again.trials_dir / t.trial_id / "trial.json").read_text())
+        assert on_file["trial_id"] == t.trial_id and on_file["windows"] == [w.model_dump() for w in t.result.windows]
