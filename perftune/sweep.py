@@ -205,7 +205,9 @@ class Sweep:
                 f"gain {gain:+.1%} below min_gain {self.plan.decision.min_gain:.0%}"
             trial.reason = f"x{comparison.ratio:.2f} [{comparison.ci_low:.2f}, {comparison.ci_high:.2f}]: {why}"
         if gate is not None and not gate.ok and trial.verdict in ("not significant", "slower", "no effect"):
-            trial.reason += f"; accuracy also worse: {gate.reason}"
+            # an accuracy failure is never hidden behind a speed verdict: it is the verdict, the speed is the reason
+            speed = f"{trial.verdict} ({trial.reason})"
+            trial.verdict, trial.reason = "accuracy rejected", f"{gate.reason}; speed: {speed}"
         self.save()
 
     # -- the phases ---------------------------------------------------------------------------------------------
