@@ -15,8 +15,10 @@ from click.testing import CliRunner
 
 from conftest import TINY_BURST, TINY_MLP
 from perftune.cli import main
-from perftune.launch import make_spec, run_trial
-from perftune.plan import parse_plan
+from perftune.engine.plan import parse_plan
+from perftune.io.records import Note
+from perftune.engine.specs import make_spec
+from perftune.runner import run_trial
 
 
 def plan_for(workload: str = "mlp", params=None, burst=None, baseline=None):
@@ -94,7 +96,8 @@ def test_every_knob_takes_effect_or_says_why(everything, baseline):
     assert a["network_class"] == "_OutputTo32"  # AMP O2 wraps the network to return float32
     assert a["recompute_cells"] == ["_backbone.blocks.0", "_backbone.blocks.1"]
     assert a["kernel_threads_configured"] and a["dispatch_threads_configured"]
-    assert "dataset_sink_mode=true has no effect on CPU: MindSpore accepts it and ignores it" in result.notes
+    assert Note(kind="no_effect", knob="dataset_sink_mode",
+                text="dataset_sink_mode=true has no effect on CPU: MindSpore accepts it and ignores it") in result.notes
     # drop_remainder=false: the last, short batch of each pass really reaches the step
     sizes = {s.samples_seen - prev.samples_seen for prev, s in zip(result.steps, result.steps[1:])}
     assert sizes == {32, 1000 % 32}
@@ -122,7 +125,8 @@ def test_pynative_mode(tmp_path_factory, baseline):
     result, _ = burst(tmp_path_factory, "pynative", {"mode": "pynative", "jit_level": "O1"})
     assert result.status == "ok", result.reason
     assert result.applied["mode"] == "pynative"
-    assert "jit_level=O1 has no effect in pynative mode (nothing is compiled)" in result.notes
+    assert Note(kind="no_effect", knob="jit_level",
+                text="jit_level=O1 has no effect in pynative mode (nothing is compiled)") in result.notes
     assert result.accuracy.val_loss == pytest.approx(baseline[0].accuracy.val_loss, rel=1e-3)
 
 

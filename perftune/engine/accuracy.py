@@ -1,8 +1,8 @@
 """The accuracy gate: a faster change is worth nothing if training got worse.
 
 Both sides were measured at the same number of samples seen, from the same initial weights and data order (see
-``burst.py``), so a difference is the change's doing, not more or less training.  Only a worsening counts: a lower
-loss is never a rejection.
+``perftune/burst/phases.py``), so a difference is the change's doing, not more or less training.  Only a worsening
+counts: a lower loss is never a rejection.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from perftune.records import Accuracy
+from perftune.io.plan import ACCURACY_METRICS, AccuracyGate
+from perftune.io.records import Accuracy
 
 DEFAULT_REPETITION_TOLERANCE = 0.10  # absolute increase in the share of repeated 3-grams
 
@@ -28,11 +29,11 @@ def _rel(candidate: Optional[float], baseline: Optional[float]) -> Optional[floa
     return candidate / baseline - 1.0
 
 
-def check(baseline: Accuracy, candidate: Optional[Accuracy], gate) -> GateResult:
-    """``gate`` is the plan's ``AccuracyGate``."""
+def check(baseline: Accuracy, candidate: Optional[Accuracy], gate: AccuracyGate) -> GateResult:
+    """``candidate`` against ``baseline`` under the plan's ``gate``."""
     if candidate is None:
         return GateResult(False, "no accuracy was measured")
-    changes = {m: _rel(getattr(candidate, m), getattr(baseline, m)) for m in ("val_loss", "train_loss", "perplexity")}
+    changes = {m: _rel(getattr(candidate, m), getattr(baseline, m)) for m in ACCURACY_METRICS}
     if candidate.repetition_rate is not None and baseline.repetition_rate is not None:
         changes["repetition_rate"] = candidate.repetition_rate - baseline.repetition_rate
     if candidate.nonfinite and not baseline.nonfinite:

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Callable, Iterable, Literal, Optional, Sequence
 
 import numpy as np
 from scipy import stats as sps
+
+from perftune.io.records import TrialResult
 
 Verdict = Literal["faster", "slower", "not significant"]
 
@@ -64,6 +66,19 @@ class Measurement:
     @property
     def median(self) -> float:
         return float(np.median([v for ws in self.processes for v in ws]))
+
+
+def throughput_windows(result: TrialResult) -> list[float]:
+    """Samples per second of each timed window."""
+    return [w.samples_per_s for w in result.windows]
+
+
+def measurement_of(results: Iterable[TrialResult],
+                   windows: Callable[[TrialResult], list[float]] = throughput_windows) -> Optional[Measurement]:
+    """One configuration's ``Measurement`` from its trials (one process each); None if none of them measured."""
+    procs = [windows(r) for r in results if r.status == "ok"]
+    procs = [p for p in procs if p]
+    return Measurement.of(procs) if procs else None
 
 
 @dataclass(frozen=True)

@@ -19,101 +19,76 @@ what finished and runs only what is missing.  ``results.json`` is rewritten (ato
 
 from __future__ import annotations
 
-import shlex
 import shutil
-import sys
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
-from perftune import accuracy as accuracy_gate
-from perftune import stats
-from perftune.launch import make_spec, read_result, run_trial
-from perftune.plan import Plan
-from perftune.records import (
-    ComparisonRecord,
-    StackStep,
-    SweepResult,
-    SweepTrial,
-    TrialResult,
-    TrialSpec,
-)
-from perftune.store import write_json_atomic
+from perftune import knobs
+from perftune.engine import accuracy as accuracy_gate
+from perftune.engine import stats
+from perftune.engine.specs import make_spec
+from perftune.errors import UserError
+from perftune.io.files import RESULTS_NAME, TRIAL_NAME, TRIALS_DIR, read_trial_if_present
+from perftune.io.plan import Plan
+from perftune.io.records import DATA_BOUND_SHARE, TrialResult, TrialSpec
+from perftune.io.store import write_json_atomic
+from perftune.io.sweep_records import FAILED_VERDICTS, ComparisonRecord, StackStep, SweepResult, SweepTrial
 
-DATA_BOUND_SHARE = 0.25
-DATA_KNOBS = ("num_parallel_workers", "prefetch_size", "python_multiprocessing", "dataset_format",
-              "drop_remainder")
-COMPUTE_KNOBS = ("mode", "train_step", "jit_level", "graph_kernel", "amp_level", "kernel_threads",
-                 "dispatch_threads", "batch_size", "grad_accum_steps", "recompute", "loss_scale",
-                 "dataset_sink_mode")
-FAILED = ("failed", "timeout", "oom", "unsupported")
+FAILED = FAILED_VERDICTS
+label_of = knobs.label_of
+#: runs one trial in ``trial_dir`` and returns its result (``perftune.runner.run_trial``; tests pass scripted ones)
+TrialRunner = Callable[[TrialSpec, Path], TrialResult]
 
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def label_of(changes: dict[str, Any]) -> str:
-    return " ".join(f"+{k}={_fmt(v)}" for k, v in changes.items()) or "baseline"
+class SweepProgress(Protocol):
+    """What the sweep reports while it runs; the CLI renders it (a progress bar, or plain lines)."""
+
+    def begin(self, total: int) -> None: ...  # trials expected so far
+    def start(self, label: str) -> None: ...  # a trial starts
+    def done(self, line: str) -> None: ...  # a trial (or a verdict) is done: one line saying what came out
+    def grow(self, n: int) -> None: ...  # n more trials than expected (stacking, leave-one-out)
+    def end(self) -> None: ...
 
 
-def _fmt(v: Any) -> str:
-    return str(v).lower() if isinstance(v, bool) else str(v)
+class SilentProgress:
+    """Reports nothing."""
 
-
-@dataclass
-class Progress:
-    """A tqdm bar when the output is a terminal-like stream; plain lines otherwise (CI logs)."""
-
-    total: int
-    enabled: bool = True
-
-    def __post_init__(self):
-        self.bar = None
-        if self.enabled and sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=self.total, unit="trial", file=sys.stderr, dynamic_ncols=True,
-                            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} trials [{elapsed}<{remaining}]")
+    def begin(self, total: int) -> None:
+        pass
 
     def start(self, label: str) -> None:
-        if self.bar is not None:
-            self.bar.set_description(label[:50])
+        pass
 
     def done(self, line: str) -> None:
-        if self.bar is not None:
-            self.bar.write(line, file=sys.stderr)
-            self.bar.update(1)
-        elif self.enabled:
-            print(line, file=sys.stderr, flush=True)
+        pass
 
     def grow(self, n: int) -> None:
-        if self.bar is not None and n > 0:
-            self.bar.total += n
-            self.bar.refresh()
+        pass
 
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+    def end(self) -> None:
+        pass
 
 
 class Sweep:
-    def __init__(self, plan: Plan, out_dir: Path, plan_path: Optional[Path] = None, fresh: bool = False,
-                 progress: bool = True, command: str = "",
-                 run: Callable[[TrialSpec, Path], TrialResult] = run_trial):
+    def __init__(self, plan: Plan, out_dir: Path, run: TrialRunner, plan_path: Optional[Path] = None,
+                 fresh: bool = False, progress: Optional[SweepProgress] = None, command: str = ""):
         self.plan = plan
         self.out = Path(out_dir)
-        self.trials_dir = self.out / "trials"
+        self.trials_dir = self.out / TRIALS_DIR
         self.cache_dir = (self.out / "cache").resolve()
         self.run_trial = run
         if fresh and self.out.exists():
             shutil.rmtree(self.trials_dir, ignore_errors=True)
-            (self.out / "results.json").unlink(missing_ok=True)
-        self.result = SweepResult(plan=plan.model_dump(mode="json"), plan_path=str(plan_path) if plan_path else None,
-                                  command=command, started_utc=utc_now())
-        self.progress_enabled = progress
+            (self.out / RESULTS_NAME).unlink(missing_ok=True)
+        self.result = SweepResult(plan=plan, plan_path=str(plan_path) if plan_path else None, command=command,
+                                  started_utc=utc_now())
+        self.progress: SweepProgress = progress or SilentProgress()
         self.baseline_runs: list[SweepTrial] = []
         self.started = time.perf_counter()
 
@@ -141,13 +116,11 @@ class Sweep:
 
     def save(self) -> None:
         self.result.wall_s = time.perf_counter() - self.started
-        write_json_atomic(self.out / "results.json", self.result.model_dump(mode="json"))
+        write_json_atomic(self.out / RESULTS_NAME, self.result.model_dump(mode="json"))
 
     # -- measurements and decisions --------------------------------------------------------------------------
     def _measurement(self, trials: list[SweepTrial]) -> Optional[stats.Measurement]:
-        procs = [[w.samples_per_s for w in t.result.windows] for t in trials if t.result.status == "ok"]
-        procs = [p for p in procs if p]
-        return stats.Measurement.of(procs) if procs else None
+        return stats.measurement_of(t.result for t in trials)
 
     def noise(self) -> stats.Noise:
         base = self._measurement(self.baseline_runs)
@@ -183,8 +156,7 @@ class Sweep:
         gate = accuracy_gate.check(base_acc, trial.result.accuracy, self.plan.accuracy) if base_acc else None
         if gate is not None:
             trial.accuracy_changes = gate.changes
-        notes = [n for n in trial.result.notes
-                 if "has no effect" in n and any(n.startswith(f"{knob}=") for knob in trial.changes)]
+        notes = [n.text for n in trial.result.notes if n.kind == "no_effect" and n.knob in trial.changes]
         if comparison is None:
             trial.verdict, trial.reason = "failed", "no throughput to compare"
         elif comparison.verdict == "faster":
@@ -219,7 +191,7 @@ class Sweep:
         if first is not None and first.status == "ok" and first.step_ms_median:
             data_share = (first.data_wait_ms_median or 0) / first.step_ms_median
         data_bound = data_share is not None and data_share >= DATA_BOUND_SHARE
-        group = DATA_KNOBS if data_bound else COMPUTE_KNOBS
+        group = knobs.in_group("data" if data_bound else "compute")
         share_text = f"{data_share:.0%}" if data_share is not None else "unknown"
         self.result.order_rule = (
             f"baseline waits for data {share_text} of the step "
@@ -232,7 +204,7 @@ class Sweep:
         plan = self.plan
         singles = self.singles()
         runs = max(1, plan.decision.baseline_runs)
-        self.progress = Progress(1 + len(singles) + (runs - 1), enabled=self.progress_enabled)
+        self.progress.begin(1 + len(singles) + (runs - 1))
         try:
             self._run(singles, runs)
             self.result.status = "complete"
@@ -241,7 +213,7 @@ class Sweep:
             raise
         finally:
             self.result.finished_utc = utc_now()
-            self.progress.close()
+            self.progress.end()
             self.save()
         return self.result
 
@@ -370,17 +342,20 @@ class Sweep:
 
 
 def _reusable(trial_dir: Path, trial_id: str) -> Optional[TrialResult]:
-    """A finished trial.json of this very trial (same id) left by an earlier run, else None."""
-    result = read_result(trial_dir / "trial.json")
+    """A finished trial.json of this very trial (same id) left by an earlier run, else None.
+
+    A trial.json that exists but cannot be read is reported, not silently measured again: it may hold the only copy
+    of a long measurement, and a file that keeps breaking would otherwise be re-run on every resume.
+    """
+    try:
+        result = read_trial_if_present(trial_dir / TRIAL_NAME)
+    except UserError as exc:
+        raise UserError(f"{exc}; delete the folder {trial_dir} to measure this trial again, or start the sweep "
+                        "over with --fresh") from None
     return result if result is not None and result.trial_id == trial_id else None
 
 
-def run_sweep(plan: Plan, out_dir: Path, plan_path: Optional[Path] = None, fresh: bool = False,
-              progress: bool = True, argv: Optional[list[str]] = None) -> SweepResult:
-    command = "perftune " + " ".join(shlex.quote(a) for a in (argv or []))
-    sweep = Sweep(plan, out_dir, plan_path, fresh=fresh, progress=progress, command=command)
-    result = sweep.run()
-    from perftune.tables import write_tables
-
-    write_tables(result, Path(out_dir))
-    return result
+def run_sweep(plan: Plan, out_dir: Path, run: TrialRunner, plan_path: Optional[Path] = None, fresh: bool = False,
+              progress: Optional[SweepProgress] = None, command: str = "") -> SweepResult:
+    """Run (or resume) the sweep of ``plan`` in ``out_dir``; ``command`` is recorded in results.json as it is."""
+    return Sweep(plan, out_dir, run, plan_path, fresh=fresh, progress=progress, command=command).run()

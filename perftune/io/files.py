@@ -1,98 +1,116 @@
-"""Load sweep results back as pandas DataFrames, for notebooks: ``perftune.load_results(path)``."""
+"""The file layout of trials and sweeps, and the one place that reads their JSON back.
+
+A trial folder holds ``spec.json`` (what was asked), ``trial.json`` (what was measured), ``burst.log`` and, for
+distributed trials, ``rank_<r>/`` and ``msrun_logs/``; a sweep folder holds ``results.json`` and ``trials/<id>/``.
+Every reader goes through :func:`read_json` (one wording for missing, empty, binary and cut files) and
+``perftune.io.schema`` (older versions upgraded, newer ones refused), and raises ``UserError`` naming the file.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Optional
 
-import pandas as pd
+from pydantic import ValidationError
 
 from perftune.errors import UserError
-from perftune.records import PHASES, RESULTS_SCHEMA_VERSION, SweepResult, TrialResult, TRIAL_SCHEMA_VERSION
+from perftune.io.records import TrialResult, TrialSpec
+from perftune.io.schema import upgrade_results, upgrade_trial
+from perftune.io.sweep_records import SweepResult
+
+SPEC_NAME = "spec.json"
+TRIAL_NAME = "trial.json"
+LOG_NAME = "burst.log"
+RESULTS_NAME = "results.json"
+TRIALS_DIR = "trials"
+MSRUN_LOG_DIR = "msrun_logs"  # msrun's --log_dir inside the trial folder: worker_<rank>.log, scheduler.log
+SWEEP_KIND = "perftune-sweep"
+#: the environment variable that tells a rank (and a sweep on another machine) its node number
+NODE_RANK_ENV = "PERFTUNE_NODE_RANK"
 
 
-def _read_json(path: str | Path, default_name: str, what: str) -> tuple[Path, object]:
+def rank_dir_name(rank: int | str) -> str:
+    """The folder of one rank's result and profile inside a distributed trial's folder."""
+    return f"rank_{rank}"
+
+
+def rank_log_name(rank: int | str) -> str:
+    """msrun's log of one rank, relative to the trial folder."""
+    return f"{MSRUN_LOG_DIR}/worker_{rank}.log"
+
+
+def read_json(path: Path, expected: str = "a perftune results.json or trial.json") -> Any:
+    """The parsed JSON of ``path``; a ``UserError`` naming the file and what is wrong with it otherwise."""
     path = Path(path)
-    if path.is_dir():
-        path = path / default_name
     try:
-        return path, json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: not a readable {what} file ({exc.__class__.__name__}: {exc})") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if not raw.strip():
+        raise UserError(f"{path}: empty file (expected {expected})")
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file (expected {expected})") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: corrupted or truncated JSON ({exc.msg} at line {exc.lineno}, "
+                        f"column {exc.colno})") from None
 
 
 def _validate(model, data: dict, path: Path, name: str):
     try:
         return model.model_validate(data)
-    except ValueError as exc:
+    except ValidationError as exc:
         first = str(exc).splitlines()[1:3]
         raise UserError(f"{path}: {name} does not match its schema: {' '.join(first)}") from None
 
 
+def _file_in(path: str | Path, default_name: str) -> Path:
+    path = Path(path)
+    return path / default_name if path.is_dir() else path
+
+
+def is_sweep(data: Any) -> bool:
+    return isinstance(data, dict) and data.get("kind") == SWEEP_KIND
+
+
+def is_trial(data: Any) -> bool:
+    return isinstance(data, dict) and "trial_id" in data
+
+
 def read_sweep(path: str | Path) -> SweepResult:
-    """``results.json`` (or the folder holding it) as a ``SweepResult``; refuses other files and other schemas."""
-    path, data = _read_json(path, "results.json", "results")
-    if not isinstance(data, dict) or data.get("kind") != "perftune-sweep":
-        raise UserError(f"{path}: not a perftune results.json (no \"kind\": \"perftune-sweep\")")
-    version = data.get("schema_version")
-    if version != RESULTS_SCHEMA_VERSION:
-        raise UserError(f"{path}: results schema version {version!r}; this perftune reads version "
-                        f"{RESULTS_SCHEMA_VERSION}")
-    return _validate(SweepResult, data, path, "results.json")
+    """``results.json`` (or the folder holding it) as a ``SweepResult``, upgraded from older schema versions."""
+    path = _file_in(path, RESULTS_NAME)
+    data = read_json(path, "a perftune results.json")
+    if not is_sweep(data):
+        raise UserError(f"{path}: not a perftune results.json (no \"kind\": \"{SWEEP_KIND}\")")
+    return _validate(SweepResult, upgrade_results(data, path), path, RESULTS_NAME)
 
 
 def read_trial(path: str | Path) -> TrialResult:
-    """``trial.json`` (or the folder holding it) as a ``TrialResult``."""
-    path, data = _read_json(path, "trial.json", "trial")
-    if not isinstance(data, dict) or "trial_id" not in data:
+    """``trial.json`` (or the folder holding it) as a ``TrialResult``, upgraded from older schema versions."""
+    path = _file_in(path, TRIAL_NAME)
+    data = read_json(path, "a perftune trial.json")
+    if not is_trial(data):
         raise UserError(f"{path}: not a perftune trial.json")
-    if data.get("schema_version") != TRIAL_SCHEMA_VERSION:
-        raise UserError(f"{path}: trial schema version {data.get('schema_version')!r}; this perftune reads "
-                        f"version {TRIAL_SCHEMA_VERSION}")
-    return _validate(TrialResult, data, path, "trial.json")
+    return _validate(TrialResult, upgrade_trial(data, path), path, TRIAL_NAME)
 
 
-@dataclass
-class Results:
-    """A sweep's results as DataFrames; ``raw`` is the typed record."""
-
-    raw: SweepResult
-    trials: pd.DataFrame
-    splits: pd.DataFrame
-    stack: pd.DataFrame
-    windows: pd.DataFrame
+def read_trial_if_present(path: str | Path) -> Optional[TrialResult]:
+    """``read_trial``, or None where no file exists yet; a file that exists but cannot be read still raises."""
+    path = _file_in(path, TRIAL_NAME)
+    if not path.exists():
+        return None
+    return read_trial(path)
 
 
-def load_results(path: str | Path) -> Results:
-    """Load a sweep (``results.json`` or its folder): trials, splits, the stack and every timed window."""
-    from perftune.tables import ablation_table
-
-    sweep = read_sweep(path)
-    rows, split_rows, window_rows = [], [], []
-    for t in sweep.trials:
-        r = t.result
-        c = t.vs_baseline
-        acc = r.accuracy
-        rows.append({
-            "trial_id": t.trial_id, "label": t.label, "kind": t.kind, "replicate": t.replicate,
-            "verdict": t.verdict, "reason": t.reason, "status": r.status, **{f"knob.{k}": v for k, v in r.knobs.items()},
-            "samples_per_s": r.samples_per_s, "tokens_per_s": r.tokens_per_s, "step_ms_median": r.step_ms_median,
-            "compile_ms": r.compile_ms, "speedup": c.ratio if c else None, "speedup_ci_low": c.ci_low if c else None,
-            "speedup_ci_high": c.ci_high if c else None,
-            "val_loss": acc.val_loss if acc else None, "train_loss": acc.train_loss if acc else None,
-            "perplexity": acc.perplexity if acc else None,
-            "allocator_peak_bytes": r.memory.allocator_peak_bytes, "host_rss_peak_bytes": r.memory.host_rss_peak_bytes,
-        })
-        splits = r.profile.splits if r.profile else None
-        if splits is not None:
-            split_rows.append({"trial_id": t.trial_id, "label": t.label,
-                               **{f"{p}_ms": getattr(splits, f"{p}_ms") for p in PHASES},
-                               "step_ms": splits.step_ms, "explained_share": splits.explained_share})
-        for i, w in enumerate(r.windows):
-            window_rows.append({"trial_id": t.trial_id, "label": t.label, "window": i, "samples_per_s": w.samples_per_s,
-                                "median_step_ms": w.median_step_ms})
-    return Results(raw=sweep, trials=pd.DataFrame(rows), splits=pd.DataFrame(split_rows),
-                   stack=ablation_table(sweep), windows=pd.DataFrame(window_rows))
+def read_spec(path: str | Path) -> TrialSpec:
+    """A trial folder's ``spec.json`` (written by the runner before it starts the burst)."""
+    path = _file_in(path, SPEC_NAME)
+    data = read_json(path, "a perftune spec.json")
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: not a perftune spec.json")
+    return _validate(TrialSpec, data, path, SPEC_NAME)

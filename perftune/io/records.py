@@ -13,20 +13,45 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-#: Bumped whenever a field changes meaning or disappears; readers refuse newer versions and upgrade older ones.
-TRIAL_SCHEMA_VERSION = 1
-RESULTS_SCHEMA_VERSION = 1
+from perftune.io.plan import BurstSettings, DistributedSettings
+
+#: Bumped whenever a field changes meaning or disappears; ``perftune.io.schema`` upgrades older files step by step
+#: and refuses newer ones.  Version 2: ``notes`` are ``Note`` records instead of strings.
+TRIAL_SCHEMA_VERSION = 2
+RESULTS_SCHEMA_VERSION = 2
 
 TrialStatus = Literal["ok", "failed", "timeout", "oom", "unsupported"]
 PHASES = ("data", "forward", "backward", "optimizer", "communication", "other")
-#: a distributed trial whose communication is above this share of the step is flagged (ProfileSummary)
+#: communication above this share of the step: a distributed trial is flagged (ProfileSummary) and the report's
+#: bottleneck note points at the parallel strategy
 COMMUNICATION_FLAG_SHARE = 0.20
+#: waiting for data at least this share of the step: the input pipeline is the bottleneck (the sweep then tries the
+#: data knobs first; the report's bottleneck note says so)
+DATA_BOUND_SHARE = 0.25
 
 
 class Record(BaseModel):
     """Base: unknown fields are errors, so a typo in a writer shows up in tests, not in a report."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+NoteKind = Literal["no_effect", "warning", "info"]
+
+
+class Note(Record):
+    """A remark on a trial.  Decisions read ``kind`` and ``knob`` (never the wording); people read ``text``.
+
+    ``no_effect``: ``knob`` was accepted but changes nothing here (the sweep's "no effect" verdict); ``warning``:
+    part of the measurement is missing or suspect; ``info``: how a figure was made.
+    """
+
+    kind: NoteKind
+    knob: Optional[str] = None
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
 
 
 class StepRecord(Record):
@@ -186,8 +211,8 @@ class TrialResult(Record):
     workload: str
     device: str
     knobs: dict[str, Any]
-    burst: dict[str, Any]
-    notes: list[str] = Field(default_factory=list)  # e.g. knobs accepted but without effect on this backend
+    burst: BurstSettings
+    notes: list[Note] = Field(default_factory=list)  # e.g. knobs accepted but without effect on this backend
     #: knob -> what the burst read back from MindSpore after applying it (evidence that it took effect)
     applied: dict[str, Any] = Field(default_factory=dict)
     parameter_count: Optional[int] = None
@@ -209,7 +234,7 @@ class TrialResult(Record):
     environment: Optional[Environment] = None
     wall_s: Optional[float] = None
     flops_per_sample: Optional[float] = None
-    # -- distributed bursts (knob workers >= 2, perftune/distributed.py); defaults describe a one-process burst.
+    # -- distributed bursts (knob workers >= 2, perftune/runner/msrun.py); defaults describe a one-process burst.
     # The trial's throughput is global: global batch (batch_size) x steps / the slowest rank's window time; its
     # step_ms_* and data_wait_ms_median are the slowest rank's; profile.splits is the mean of the ranks' splits.
     world_size: int = 1
@@ -228,77 +253,44 @@ class TrialSpec(Record):
     device: str = "CPU"
     seed: int = 0
     knobs: dict[str, Any]
-    burst: dict[str, Any]
+    burst: BurstSettings
     accuracy_samples: int
     cache_dir: Optional[str] = None  # where MindRecord files are written once and reused
     replicate: int = 0  # >0 for repeated measurements of the same configuration (A/A, interleaved baselines)
     #: the plan's ``distributed`` section (nodes, node_rank, master_addr, master_port); None: one node
-    distributed: Optional[dict[str, Any]] = None
+    distributed: Optional[DistributedSettings] = None
 
 
-TrialKind = Literal["baseline", "single", "stack", "leave_one_out"]
-Verdict = Literal[
-    "baseline", "kept", "not significant", "slower", "accuracy rejected", "failed", "timeout", "oom", "unsupported",
-    "no effect", "dropped", "measured",
-]
+def failed_result(spec: TrialSpec, status: TrialStatus, reason: Optional[str], **fields: Any) -> TrialResult:
+    """The result of a trial that measured nothing: what was asked (from ``spec``), the status and why."""
+    return TrialResult(trial_id=spec.trial_id, status=status, reason=reason, workload=spec.workload,
+                       device=spec.device, knobs=spec.knobs, burst=spec.burst, **fields)
 
 
-class ComparisonRecord(Record):
-    """Throughput of a trial relative to a reference, with its confidence interval (``perftune.stats``)."""
-
-    reference: str  # trial label it was compared with, e.g. "baseline" or "+mode=graph"
-    ratio: float
-    ci_low: float
-    ci_high: float
-    p_value: float
-    verdict: Literal["faster", "slower", "not significant"]
-    df: float
-
-
-class SweepTrial(Record):
-    """One trial as the sweep saw it: what changed, what it measured (``trial.json`` less per-step rows), why."""
-
-    trial_id: str
-    label: str
-    kind: TrialKind
-    changes: dict[str, Any] = Field(default_factory=dict)  # knobs that differ from the baseline
-    replicate: int = 0
-    verdict: Verdict
-    reason: str = ""
-    vs_baseline: Optional[ComparisonRecord] = None
-    vs_previous: Optional[ComparisonRecord] = None  # stacks: against the stack before it; LOO: final vs this
-    accuracy_changes: dict[str, Optional[float]] = Field(default_factory=dict)  # metric -> relative change
-    reused: bool = False  # came from an earlier, interrupted run of the same sweep
-    result: TrialResult
-
-
-class StackStep(Record):
-    """One row of the cumulative ablation: the configuration after applying ``change`` on top of the rows above."""
-
-    label: str  # "baseline", "+mode=graph", "+mode=graph +num_parallel_workers=2"
-    change: Optional[dict[str, Any]] = None
-    trial_id: str
-    kept: bool
-    reason: str = ""
-
-
-class SweepResult(Record):
-    """``results.json``: everything a report, a notebook or ``perftune compare`` needs."""
-
-    schema_version: int = RESULTS_SCHEMA_VERSION
-    kind: Literal["perftune-sweep"] = "perftune-sweep"
-    plan: dict[str, Any]
-    plan_path: Optional[str] = None
-    command: str = ""
-    status: Literal["complete", "interrupted", "running"] = "running"
-    started_utc: str
-    finished_utc: Optional[str] = None
-    wall_s: Optional[float] = None
-    order_rule: str = ""
-    trials: list[SweepTrial] = Field(default_factory=list)
-    stack: list[StackStep] = Field(default_factory=list)
-    aa_check: Optional[ComparisonRecord] = None  # baseline replicate vs the first baseline run
-    best_label: Optional[str] = None
-    best_trial_id: Optional[str] = None
-    best_vs_baseline: Optional[ComparisonRecord] = None
-    environment: Optional[Environment] = None
+def rank_summary(result: TrialResult, rank: int, result_dir: Optional[str], log_file: Optional[str],
+                 host: Optional[str] = None, node_rank: Optional[int] = None,
+                 pid: Optional[int] = None) -> RankSummary:
+    """One rank's ``RankSummary`` from its own ``TrialResult``."""
+    p = result.profile
+    splits = p.splits if p is not None else None
+    acc = result.accuracy
+    return RankSummary(
+        rank=rank, host=host, node_rank=node_rank, pid=pid, result_dir=result_dir, log_file=log_file,
+        status=result.status,
+        samples_per_s=result.samples_per_s,
+        step_ms_median=result.step_ms_median,
+        step_ms_p10=result.step_ms_p10,
+        step_ms_p90=result.step_ms_p90,
+        data_wait_ms_median=result.data_wait_ms_median,
+        compile_ms=result.compile_ms,
+        windows=list(result.windows),
+        train_loss=acc.train_loss if acc else None,
+        nonfinite=bool(acc.nonfinite) if acc else False,
+        loss_curve=list(acc.loss_curve) if acc else [],
+        splits=splits,
+        top_ops=list(p.top_ops) if p is not None else [],
+        communication_share=(splits.communication_ms / splits.step_ms) if splits and splits.step_ms else None,
+        profile_error=p.error if p is not None else None,
+        host_rss_peak_bytes=result.memory.host_rss_peak_bytes,
+        allocator_peak_bytes=result.memory.allocator_peak_bytes,
+    )

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perftune.records import TrialResult
-
-
-def _mb(value) -> str:
-    return f"{value / 2**20:.1f} MB" if value else "n/a"
+from perftune.io.files import RESULTS_NAME
+from perftune.io.records import TrialResult
+from perftune.io.sweep_records import SweepResult
+from perftune.report.format import mb
+from perftune.report.format import num as format_num
 
 
 def _num(value, fmt: str = ".1f") -> str:
-    return format(value, fmt) if value is not None else "n/a"
+    return format_num(value, fmt, missing="n/a")
 
 
 def trial_summary(r: TrialResult, trial_dir: Path) -> str:
@@ -29,8 +29,8 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
         f"  step time    median {r.step_ms_median:.2f} ms (p10 {r.step_ms_p10:.2f}, p90 {r.step_ms_p90:.2f}), "
         f"waiting for data {r.data_wait_ms_median:.2f} ms",
         f"  compile      {_num(r.compile_ms, '.0f')} ms (first step)",
-        f"  memory       host RSS peak {_mb(r.memory.host_rss_peak_bytes)}, allocator peak "
-        f"{_mb(r.memory.allocator_peak_bytes)}",
+        f"  memory       host RSS peak {mb(r.memory.host_rss_peak_bytes)}, allocator peak "
+        f"{mb(r.memory.allocator_peak_bytes)}",
     ]
     if acc:
         lines.append(f"  accuracy     after {acc.samples_seen} samples: val loss {_num(acc.val_loss, '.4f')}, "
@@ -47,12 +47,12 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
     elif p and p.error:
         lines.append(f"  profile      failed: {p.error}")
     for note in r.notes:
-        lines.append(f"  note         {note}")
+        lines.append(f"  note         {note.text}")
     lines.append(f"  folder: {trial_dir}")
     return "\n".join(lines)
 
 
-def sweep_summary(result, out_dir: Path, report_path: Path | None) -> str:
+def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) -> str:
     lines = []
     counts: dict[str, int] = {}
     for t in result.trials:
@@ -70,7 +70,7 @@ def sweep_summary(result, out_dir: Path, report_path: Path | None) -> str:
                      f"(95% CI {b.ci_low:.2f}-{b.ci_high:.2f})")
     elif result.best_label:
         lines.append(f"best: {result.best_label}")
-    lines.append(f"tables: {out_dir / 'ablation.md'}, {out_dir / 'ablation.csv'}; results: {out_dir / 'results.json'}")
+    lines.append(f"tables: {out_dir / 'ablation.md'}, {out_dir / 'ablation.csv'}; results: {out_dir / RESULTS_NAME}")
     if report_path:
         lines.append(f"report: {report_path}")
     return "\n".join(lines)

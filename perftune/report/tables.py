@@ -10,8 +10,10 @@ from typing import Optional
 
 import pandas as pd
 
-from perftune.records import PHASES, SweepResult, SweepTrial
-from perftune.store import write_text_atomic
+from perftune.io.records import PHASES
+from perftune.io.store import write_text_atomic
+from perftune.io.sweep_records import SweepResult, SweepTrial
+from perftune.report.format import num
 
 
 def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
@@ -52,7 +54,7 @@ def _by_id(result: SweepResult) -> dict[str, SweepTrial]:
 
 def ablation_table(result: SweepResult) -> pd.DataFrame:
     """Baseline, +A, +A+B, ...: one row per stack step (dropped steps included, marked)."""
-    metric = result.plan.get("accuracy", {}).get("metric", "val_loss")
+    metric = result.plan.accuracy.metric
     trials = _by_id(result)
     rows = []
     for step in result.stack:
@@ -66,14 +68,14 @@ def ablation_table(result: SweepResult) -> pd.DataFrame:
 
 
 def singles_table(result: SweepResult) -> pd.DataFrame:
-    metric = result.plan.get("accuracy", {}).get("metric", "val_loss")
+    metric = result.plan.accuracy.metric
     rows = [_trial_row(t, metric, t.label + (f" (run {t.replicate + 1})" if t.kind == "baseline" else ""))
             for t in result.trials if t.kind in ("baseline", "single")]
     return pd.DataFrame(rows)
 
 
 def loo_table(result: SweepResult) -> pd.DataFrame:
-    metric = result.plan.get("accuracy", {}).get("metric", "val_loss")
+    metric = result.plan.accuracy.metric
     return pd.DataFrame([_trial_row(t, metric, t.label) for t in result.trials if t.kind == "leave_one_out"])
 
 
@@ -85,10 +87,6 @@ def _fmt_speedup(row) -> str:
     return f"{row['speedup']:.2f}x [{row['speedup_ci_low']:.2f}, {row['speedup_ci_high']:.2f}]"
 
 
-def _num(value, fmt: str) -> str:
-    return "" if value is None or pd.isna(value) else format(value, fmt)
-
-
 def to_markdown(df: pd.DataFrame, metric: str) -> str:
     if df.empty:
         return "_(none)_\n"
@@ -96,13 +94,13 @@ def to_markdown(df: pd.DataFrame, metric: str) -> str:
             "other ms", "peak mem MB", metric, "change", "reason"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for _, row in df.iterrows():
-        splits = " / ".join(_num(row.get(f"{p}_ms"), ".2f") or "-" for p in PHASES) \
+        splits = " / ".join(num(row.get(f"{p}_ms"), ".2f") or "-" for p in PHASES) \
             if row.get("data_ms") is not None and not pd.isna(row.get("data_ms")) else ""
         change = row.get(f"{metric}_change")
         cells = [
-            str(row["configuration"]), str(row.get("verdict", "")), _num(row.get("samples_per_s"), ".1f"),
-            _fmt_speedup(row), _num(row.get("step_ms"), ".2f"), splits, _num(row.get("peak_mem_mb"), ".1f"),
-            _num(row.get(metric), ".4f"), _num(change, "+.1%"),
+            str(row["configuration"]), str(row.get("verdict", "")), num(row.get("samples_per_s"), ".1f"),
+            _fmt_speedup(row), num(row.get("step_ms"), ".2f"), splits, num(row.get("peak_mem_mb"), ".1f"),
+            num(row.get(metric), ".4f"), num(change, "+.1%"),
             str(row.get("reason", "") or "").replace("|", "\\|"),
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -110,8 +108,8 @@ def to_markdown(df: pd.DataFrame, metric: str) -> str:
 
 
 def markdown_report(result: SweepResult) -> str:
-    metric = result.plan.get("accuracy", {}).get("metric", "val_loss")
-    parts = [f"## perftune: {result.plan.get('name')} ({result.plan.get('workload')} on {result.plan.get('device')})",
+    metric = result.plan.accuracy.metric
+    parts = [f"## perftune: {result.plan.name} ({result.plan.workload} on {result.plan.device})",
              ""]
     if result.best_label and result.best_vs_baseline:
         b = result.best_vs_baseline

@@ -1,12 +1,12 @@
 """Distributed bursts: ``workers >= 2`` runs one burst rank per worker under ``msrun`` and aggregates the ranks.
 
-``launch.run_trial`` calls :func:`run_distributed` for such trials.  On this node it starts::
+``perftune.runner.run_trial`` calls :func:`run_distributed` for such trials.  On this node it starts::
 
     msrun --worker_num=W --local_worker_num=W/nodes --node_rank=N --master_addr=A --master_port=P
           --log_dir=TRIAL/msrun_logs --join=True --cluster_time_out=T python -m perftune.burst TRIAL
 
 (msrun takes a script path or a binary named ``python``; ``python -m`` is passed as the binary and its arguments,
-and ``python`` resolves to this virtualenv: ``launch.burst_env`` puts its bin first in PATH).  msrun runs the same
+and ``python`` resolves to this virtualenv: ``process.burst_env`` puts its bin first in PATH).  msrun runs the same
 command as its scheduler (``MS_ROLE=MS_SCHED``, node 0 only) and once per local rank (``MS_ROLE=MS_WORKER``,
 ``RANK_ID``); each rank writes ``TRIAL/rank_<r>/trial.json`` and its profile under ``TRIAL/rank_<r>/profile``, and
 msrun logs ``TRIAL/msrun_logs/worker_<r>.log`` and ``scheduler.log``.  The ranks exchange their summaries at the
@@ -19,14 +19,14 @@ written its result, when one writes a failure, when one dies without a result, o
 msrun's process tree, every rank's process group and any process left whose command line names the trial folder.
 (msrun alone would wait for its scheduler, which notices a dead rank only after its heartbeat time-out.)
 
-Aggregation (the trial's ``trial.json``): throughput is *global batch x steps / the slowest rank's window time*
+Aggregation (the trial's ``trial.json``, ``ranks.py``): throughput is *global batch x steps / the slowest rank's window time*
 per timed window (data parallel steps are synchronous, so the slowest rank sets the pace); step times are the
 slowest rank's (``straggler_rank``); ``rank_spread`` = (slowest - fastest) / fastest median step; per-rank splits
 and top ops are in ``ranks``; ``profile.splits`` is the mean of the ranks' splits (it still adds up);
 ``profile.communication_share`` is the mean over ranks of communication / step, flagged above 20 %.
 
 Fault injection for tests: ``PERFTUNE_TEST_KILL_RANK=r`` and ``PERFTUNE_TEST_KILL_AFTER_STEPS=n`` in the
-environment make rank ``r`` exit with code 9 before its step ``n + 1`` (see ``Burst.init_distributed``).
+environment make rank ``r`` exit with code 9 before its step ``n + 1`` (see ``perftune.burst.collectives``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -43,26 +42,37 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import psutil
 
-from perftune.burst import MSRUN_LOG_DIR
 from perftune.errors import UserError
-from perftune.launch import LOG_NAME, _classify_exit, _die_with_parent, read_result, burst_env, kill_group, log_tail
-from perftune.records import (
-    COMMUNICATION_FLAG_SHARE,
-    RankSummary,
-    Splits,
-    TrialResult,
-    TrialSpec,
-    WindowStats,
+from perftune.io.files import (
+    LOG_NAME,
+    MSRUN_LOG_DIR,
+    NODE_RANK_ENV,
+    TRIAL_NAME,
+    rank_dir_name,
+    rank_log_name,
+    read_trial_if_present,
 )
-from perftune.store import write_json_atomic
+from perftune.io.records import TrialResult, TrialSpec, failed_result
+from perftune.io.store import write_json_atomic
+from perftune.runner.process import (
+    BURST_MODULE,
+    alive,
+    burst_env,
+    classify_exit,
+    die_with_parent,
+    kill_all,
+    kill_group,
+    log_tail,
+    process_tree,
+    processes_of,
+)
+from perftune.runner.ranks import aggregate
 
 POLL_S = 0.2
 PORT_ATTEMPTS = 3  # a port picked free can be taken before msrun's scheduler binds it: pick another and retry
 EXIT_CODE_WAIT_S = 2.5  # msrun polls its ranks once a second; give it time to log a dead rank's exit code
-NODE_RANK_ENV = "PERFTUNE_NODE_RANK"  # overrides the plan's distributed.node_rank (the same plan on every machine)
 
 
 @dataclass(frozen=True)
@@ -90,10 +100,12 @@ class Cluster:
 
 
 def cluster_of(spec: TrialSpec) -> Cluster:
-    dist = spec.distributed or {}
+    dist = spec.distributed
     workers = int(spec.knobs["workers"])
-    nodes = int(dist.get("nodes", 1))
-    node_rank = int(dist.get("node_rank", 0))
+    nodes = dist.nodes if dist else 1
+    node_rank = dist.node_rank if dist else 0
+    master_addr = dist.master_addr if dist else "127.0.0.1"
+    master_port = dist.master_port if dist else None
     env = os.environ.get(NODE_RANK_ENV, "").strip()
     if env:
         if not env.isdigit():
@@ -103,9 +115,9 @@ def cluster_of(spec: TrialSpec) -> Cluster:
         raise UserError(f"node_rank {node_rank} is not below distributed.nodes={nodes}")
     if workers % nodes or workers < nodes:
         raise UserError(f"workers={workers} cannot be spread over {nodes} nodes (use a multiple of {nodes})")
-    if nodes > 1 and dist.get("master_port") is None:
+    if nodes > 1 and master_port is None:
         raise UserError("distributed.master_port is required when nodes > 1")
-    return Cluster(workers, nodes, node_rank, str(dist.get("master_addr") or "127.0.0.1"), dist.get("master_port"))
+    return Cluster(workers, nodes, node_rank, master_addr, master_port)
 
 
 def free_port(addr: str) -> int:
@@ -131,7 +143,7 @@ def msrun_command(cluster: Cluster, port: int, trial_dir: Path, timeout_s: float
         "--join=True",
         f"--cluster_time_out={max(30, int(timeout_s))}",
         "--tail_worker_log=-2",  # no `tail -f` copies of the rank logs in msrun's own output
-        "python", "-m", "perftune.burst", str(trial_dir),
+        "python", "-m", BURST_MODULE, str(trial_dir),
     ]
 
 
@@ -165,14 +177,14 @@ def run_distributed(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> Trial
         break
     assert result is not None
     result.wall_s = time.perf_counter() - started
-    write_json_atomic(trial_dir / "trial.json", result.model_dump(mode="json"))
+    write_json_atomic(trial_dir / TRIAL_NAME, result.model_dump(mode="json"))
     return result
 
 
 def _clean(trial_dir: Path, cluster: Cluster) -> None:
     """Results (and profiles) of an earlier attempt must not be taken for this one's."""
     for r in cluster.local_ranks:
-        shutil.rmtree(trial_dir / f"rank_{r}", ignore_errors=True)
+        shutil.rmtree(trial_dir / rank_dir_name(r), ignore_errors=True)
     logs = trial_dir / MSRUN_LOG_DIR
     if logs.is_dir():
         for f in logs.glob("*.log"):
@@ -191,7 +203,7 @@ def _run_once(spec: TrialSpec, trial_dir: Path, cluster: Cluster, port: int,
         log.write(f"$ {' '.join(cmd)}\n".encode())
         log.flush()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True, preexec_fn=_die_with_parent, cwd=str(trial_dir))
+                                start_new_session=True, preexec_fn=die_with_parent, cwd=str(trial_dir))
         watch = _Watch(proc, trial_dir, cluster)
         try:
             outcome = watch.wait(deadline)
@@ -237,7 +249,10 @@ class _Watch:
     def _read(self) -> None:
         for r in self.cluster.local_ranks:
             if r not in self.results:
-                res = read_result(self.dir / f"rank_{r}" / "trial.json")
+                try:
+                    res = read_trial_if_present(self.dir / rank_dir_name(r) / TRIAL_NAME)
+                except UserError:  # ranks write atomically: unreadable means broken, and counts as no result
+                    res = None
                 if res is not None:
                     self.results[r] = res
 
@@ -251,11 +266,11 @@ class _Watch:
                 return _Outcome("done")
             self._discover()
             for r, p in sorted(self.ranks.items()):
-                if r not in self.results and not _alive(p):
+                if r not in self.results and not alive(p):
                     self._read()  # written just before it left?
                     if r not in self.results:
                         return _Outcome("rank_died", r)
-            if self.scheduler is not None and not _alive(self.scheduler) and self.cluster.runs_scheduler:
+            if self.scheduler is not None and not alive(self.scheduler) and self.cluster.runs_scheduler:
                 self._read()
                 if len(self.results) < len(self.cluster.local_ranks):
                     return _Outcome("scheduler_died", port_in_use=self._port_in_use())
@@ -290,64 +305,15 @@ class _Watch:
     def stop(self) -> None:
         """SIGKILL msrun, its scheduler, every rank (each in a process group of its own) and their children."""
         for _ in range(3):
-            victims = set(_tree(self.proc.pid)) | set(processes_of(self.dir))
+            victims = set(process_tree(self.proc.pid)) | set(processes_of(self.dir))
             for p in list(self.ranks.values()) + ([self.scheduler] if self.scheduler else []):
                 victims.add(p)
-                victims.update(_tree(p.pid))
-            _kill(victims)
+                victims.update(process_tree(p.pid))
+            kill_all(victims)
             kill_group(self.proc)  # msrun's own group (the scheduler is in it); reaps msrun
-            psutil.wait_procs([p for p in victims if _alive(p)], timeout=5)
+            psutil.wait_procs([p for p in victims if alive(p)], timeout=5)
             if not processes_of(self.dir):
                 return
-
-
-def _alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _tree(pid: int) -> list[psutil.Process]:
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return []
-
-
-def _kill(victims: set) -> None:
-    own = os.getpgrp()
-    groups = set()
-    for p in victims:
-        try:
-            groups.add(os.getpgid(p.pid))
-        except OSError:
-            pass
-    for pgid in groups - {own}:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except OSError:
-            pass
-    for p in victims:  # anything in our own group (never expected) or that escaped its group
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-
-
-def processes_of(trial_dir: Path) -> list[psutil.Process]:
-    """Live processes of this trial: ``perftune.burst`` ranks/schedulers and msrun, named by the trial folder."""
-    target = str(Path(trial_dir).resolve())
-    me = psutil.Process()
-    skip = {me.pid} | {p.pid for p in me.parents()}
-    out = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        cmd = p.info.get("cmdline") or []
-        if p.pid in skip or target not in cmd:
-            continue
-        if any(a == "perftune.burst" or a.endswith("perftune/burst.py") for a in cmd) and _alive(p):
-            out.append(p)
-    return out
 
 
 def _read_text(path: Path) -> str:
@@ -365,15 +331,13 @@ def _read_text(path: Path) -> str:
 def _result_of(spec: TrialSpec, trial_dir: Path, cluster: Cluster, port: int, outcome: _Outcome,
                local: dict[int, TrialResult], timeout_s: float) -> TrialResult:
     if outcome.kind == "done":
-        return aggregate(spec, local, cluster)
+        return aggregate(spec, local, cluster.workers, cluster.nodes)
 
     def bare(status: str, reason: str, tail: str) -> TrialResult:
-        return TrialResult(trial_id=spec.trial_id, status=status, reason=reason, log_tail=tail or None,
-                           workload=spec.workload, device=spec.device, knobs=spec.knobs, burst=spec.burst,
-                           world_size=cluster.workers)
+        return failed_result(spec, status, reason, log_tail=tail or None, world_size=cluster.workers)
 
     def rank_log(r: int) -> Path:
-        return trial_dir / MSRUN_LOG_DIR / f"worker_{r}.log"
+        return trial_dir / rank_log_name(r)
 
     if outcome.kind == "rank_failed":
         r = outcome.rank
@@ -389,13 +353,13 @@ def _result_of(spec: TrialSpec, trial_dir: Path, cluster: Cluster, port: int, ou
             how = "with an unknown exit code"
             status = "failed"
         else:
-            status, how = _classify_exit(code, rank_log(r))
+            status, how = classify_exit(code, rank_log(r))
             how = f"({how})" if status == "oom" else f"with exit code {code}"
         return bare(status, f"rank {r} died {how} before writing its result; the other ranks were stopped",
                     log_tail(rank_log(r)))
     if outcome.kind == "timeout":
         waiting = [r for r in cluster.local_ranks if r not in local]
-        tails = "\n".join(f"-- rank {r} ({MSRUN_LOG_DIR}/worker_{r}.log):\n{log_tail(rank_log(r), lines=8)}"
+        tails = "\n".join(f"-- rank {r} ({rank_log_name(r)}):\n{log_tail(rank_log(r), lines=8)}"
                           for r in waiting)
         return bare("timeout", f"the distributed burst ran past timeout_s={timeout_s:g} s and was stopped (ranks "
                                f"without a result: {waiting})", tails[-4000:])
@@ -410,99 +374,3 @@ def _result_of(spec: TrialSpec, trial_dir: Path, cluster: Cluster, port: int, ou
         why = f"msrun exited with code {outcome.exit_code} before every rank wrote its result"
     tail = "\n".join(errors[-10:]) or log_tail(trial_dir / LOG_NAME)
     return bare("failed", why, tail)
-
-
-def aggregate(spec: TrialSpec, local: dict[int, TrialResult], cluster: Cluster) -> TrialResult:
-    """The trial's result from this node's rank results (each holds every rank's summary, exchanged at the end)."""
-    base_rank = min(local)
-    base = local[base_rank].model_copy(deep=True)
-    ranks = sorted(base.ranks, key=lambda s: s.rank) if base.ranks else []
-    if not ranks:
-        from perftune.burst import rank_summary
-
-        ranks = [rank_summary(res, r, Path(f"rank_{r}")) for r, res in sorted(local.items())]
-        base.notes.append("the ranks did not exchange their summaries: figures cover this node's ranks only")
-    for s in ranks:  # folders and logs of other machines' ranks are not here
-        if s.rank not in local:
-            s.result_dir, s.log_file = None, None
-    if len(ranks) != cluster.workers:
-        base.notes.append(f"{len(ranks)} of {cluster.workers} ranks reported")
-    base.ranks = ranks
-    base.world_size = cluster.workers
-    batch = int(spec.knobs["batch_size"])
-    base.samples_per_step = batch
-
-    # throughput: per window, the global batch over the slowest rank's time
-    n_windows = min(len(s.windows) for s in ranks)
-    windows = []
-    for w in range(n_windows):
-        slowest = max(s.windows[w].total_ms for s in ranks)
-        steps = ranks[0].windows[w].steps
-        windows.append(WindowStats(steps=steps, total_ms=slowest,
-                                   median_step_ms=max(s.windows[w].median_step_ms for s in ranks),
-                                   samples_per_s=steps * batch / (slowest / 1e3)))
-    base.windows = windows
-    if windows:
-        base.samples_per_s = float(np.median([w.samples_per_s for w in windows]))
-        if base.tokens_per_sample:
-            base.tokens_per_s = base.samples_per_s * base.tokens_per_sample
-    timed = [s for s in ranks if s.step_ms_median is not None]
-    if timed:
-        slow = max(timed, key=lambda s: s.step_ms_median)
-        fast = min(timed, key=lambda s: s.step_ms_median)
-        base.straggler_rank = slow.rank
-        base.rank_spread = (slow.step_ms_median - fast.step_ms_median) / fast.step_ms_median
-        base.step_ms_median, base.step_ms_p10, base.step_ms_p90 = slow.step_ms_median, slow.step_ms_p10, slow.step_ms_p90
-        base.data_wait_ms_median = slow.data_wait_ms_median
-    compiles = [s.compile_ms for s in ranks if s.compile_ms is not None]
-    base.compile_ms = max(compiles) if compiles else base.compile_ms
-
-    # accuracy: each rank saw its share of every global batch; the global training loss is the mean over ranks
-    if base.accuracy is not None:
-        acc = base.accuracy
-        if all(s.train_loss is not None for s in ranks):
-            acc.train_loss = float(np.mean([s.train_loss for s in ranks]))
-        acc.nonfinite = acc.nonfinite or any(s.nonfinite for s in ranks)
-        curves = [s.loss_curve for s in ranks]
-        if curves and all(len(c) == len(curves[0]) and c for c in curves):
-            acc.loss_curve = [(curves[0][i][0], float(np.mean([c[i][1] for c in curves])))
-                              for i in range(len(curves[0]))]
-
-    peaks = [s.host_rss_peak_bytes for s in ranks if s.host_rss_peak_bytes]
-    base.memory.host_rss_peak_bytes = max(peaks) if peaks else base.memory.host_rss_peak_bytes
-    allocs = [s.allocator_peak_bytes for s in ranks if s.allocator_peak_bytes]
-    base.memory.allocator_peak_bytes = max(allocs) if allocs else base.memory.allocator_peak_bytes
-
-    p = base.profile
-    if p is not None:
-        prefix = f"rank_{base_rank}"
-        if p.profile_dir:
-            p.profile_dir = f"{prefix}/{p.profile_dir}"
-        if p.trace_file:
-            p.trace_file = f"{prefix}/{p.trace_file}"
-        splits = [s.splits for s in ranks if s.splits is not None]
-        if splits and len(splits) == len(ranks):
-            p.splits = mean_splits(splits)
-        shares = [s.communication_share for s in ranks if s.communication_share is not None]
-        if shares:
-            p.communication_share = float(np.mean(shares))
-            p.communication_flag = p.communication_share > COMMUNICATION_FLAG_SHARE
-            if p.communication_flag:
-                base.notes.append(f"communication is {p.communication_share:.0%} of the step (mean over ranks), above "
-                                  f"{COMMUNICATION_FLAG_SHARE:.0%}")
-    base.notes.append(
-        f"{cluster.workers} ranks under msrun on {cluster.nodes} node(s): samples/s = global batch {batch} x steps / "
-        f"the slowest rank's window time; step times are the slowest rank's (rank {base.straggler_rank}); "
-        f"per-rank figures in ranks[]"
-    )
-    return base
-
-
-def mean_splits(splits: list[Splits]) -> Splits:
-    """The element-wise mean of the ranks' splits: each rank's add up to its step, so the mean's add up too."""
-    fields = ("step_ms", "data_ms", "forward_ms", "backward_ms", "optimizer_ms", "communication_ms", "other_ms",
-              "explained_share")
-    mean = {f: float(np.mean([getattr(s, f) for s in splits])) for f in fields}
-    source = f"mean over {len(splits)} ranks of each rank's splits (per rank: ranks[].splits); rank 0: " \
-             f"{splits[0].step_source}"
-    return Splits(**mean, step_source=source)

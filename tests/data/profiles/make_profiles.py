@@ -12,7 +12,7 @@ Scenarios:
 Each training scenario runs in a fresh process (MindSpore's context is process-global), trains with the same
 TrainStep cell form as perftune's burst, times every step the way a burst does (perf_counter around
 ``next(iterator)`` and around the step including ``loss.asnumpy()``), profiles a few steps with
-``perftune.profiling.ProfilerSession`` and keeps only the files the parser reads.  The measured step times go to
+``perftune.profile.session.ProfilerSession`` and keeps only the files the parser reads.  The measured step times go to
 ``expected.json`` next to the profile, which the tests check the splits against.
 """
 
@@ -63,7 +63,7 @@ def worker(args: argparse.Namespace) -> None:
     import mindspore.dataset as ds
     from mindspore import nn, ops
 
-    from perftune.profiling import ProfilerSession
+    from perftune.profile.session import ProfilerSession
 
     ms.set_device("CPU")
     ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
@@ -285,7 +285,8 @@ def run_scenario(name: str) -> None:
 
 def write_readme(name: str) -> None:
     """README.md of a real fixture from its expected.json and the splits the parser gives now (no re-measuring)."""
-    from perftune.profiling import compute_splits, load_profile, top_ops
+    from perftune.profile.layouts import load_profile
+    from perftune.profile.splits import compute_splits, top_ops
 
     dest = HERE / name
     exp = json.loads((dest / "expected.json").read_text())
@@ -329,7 +330,7 @@ which ran {'msrun' if workers > 1 else 'a fresh process'}:
 Workload: {what}.
 
 Steps: 1 compile, 20 warm-up, {exp['ranks']['0']['unprofiled_steps'] // 2} unprofiled, {steps} profiled with
-`perftune.profiling.ProfilerSession`, {exp['ranks']['0']['unprofiled_steps'] // 2} unprofiled; each timed as a burst
+`perftune.profile.session.ProfilerSession`, {exp['ranks']['0']['unprofiled_steps'] // 2} unprofiled; each timed as a burst
 does (perf_counter around `next(iterator)` and around the step including `loss.asnumpy()`).
 
 `expected.json` holds what the generating process measured for the profiled steps (per rank under `ranks`; the
