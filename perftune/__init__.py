@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 
 
 def load_results(path):
-    """A sweep's results as pandas DataFrames (see ``perftune.results.Results``)."""
-    from perftune.results import load_results as _load
+    """A sweep's results as pandas DataFrames (see ``perftune.report.frames.Results``)."""
+    from perftune.report.frames import load_results as load
 
-    return _load(path)
+    return load(path)

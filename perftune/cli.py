@@ -1,8 +1,13 @@
-"""The ``perftune`` command: arguments in, a call to one plain function out.  User mistakes exit 2 in one line."""
+"""The ``perftune`` command: arguments in, a call to one plain function out.  User mistakes exit 2 in one line.
+
+Also what only a terminal needs: the progress display of a sweep, the command line it records, and writing the
+``--markdown`` / ``--json`` files of ``compare``.
+"""
 
 from __future__ import annotations
 
 import functools
+import json
 import shlex
 import signal
 import sys
@@ -27,6 +32,51 @@ def user_errors(func):
     return wrapper
 
 
+class SweepProgressDisplay:
+    """The sweep's progress on stderr: a tqdm bar on a terminal, plain lines otherwise (CI logs), or nothing."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.bar = None
+
+    def begin(self, total: int) -> None:
+        if self.enabled and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="trial", file=sys.stderr, dynamic_ncols=True,
+                            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} trials [{elapsed}<{remaining}]")
+
+    def start(self, label: str) -> None:
+        if self.bar is not None:
+            self.bar.set_description(label[:50])
+
+    def done(self, line: str) -> None:
+        if self.bar is not None:
+            self.bar.write(line, file=sys.stderr)
+            self.bar.update(1)
+        elif self.enabled:
+            print(line, file=sys.stderr, flush=True)
+
+    def grow(self, n: int) -> None:
+        if self.bar is not None and n > 0:
+            self.bar.total += n
+            self.bar.refresh()
+
+    def end(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _write_file(path: Path, text: str) -> None:
+    from perftune.io.store import write_text_atomic
+
+    try:
+        write_text_atomic(path, text)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot be written ({exc.strerror or exc})") from None
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="perftune")
 def main() -> None:
@@ -38,7 +88,7 @@ def main() -> None:
 @user_errors
 def validate(plan_path: Path) -> None:
     """Check PLAN_PATH without running anything (exit 2 with one line per problem)."""
-    from perftune.plan import load_plan
+    from perftune.engine.plan import load_plan
 
     plan = load_plan(plan_path)
     n_values = sum(len(v) for v in plan.variables.values())
@@ -77,11 +127,10 @@ def knobs_command() -> None:
 @user_errors
 def run(plan_path: Path, overrides: tuple[str, ...], out_dir: Path | None) -> None:
     """Run one burst of PLAN_PATH's baseline (with --set overrides) and print a summary."""
-    from perftune.runone import run_one
+    from perftune.commands import run_one
+    from perftune.report.summary import trial_summary
 
     result, trial_dir = run_one(plan_path, overrides, out_dir)
-    from perftune.summary import trial_summary
-
     click.echo(trial_summary(result, trial_dir))
     if result.status != "ok":
         sys.exit(1)
@@ -97,14 +146,15 @@ def run(plan_path: Path, overrides: tuple[str, ...], out_dir: Path | None) -> No
 @user_errors
 def sweep(plan_path: Path, out_dir: Path | None, fresh: bool, progress: bool, report: bool) -> None:
     """Run the sweep of PLAN_PATH: baseline, one variable at a time, stack what helped; resumable."""
-    from perftune.plan import load_plan
-    from perftune.runone import plan_output_dir
-    from perftune.sweep import run_sweep
-    from perftune.summary import sweep_summary
+    from perftune.commands import plan_output_dir
+    from perftune.commands import sweep as run_sweep
+    from perftune.engine.plan import load_plan
+    from perftune.report.summary import sweep_summary
 
     plan = load_plan(plan_path)
     out = out_dir or plan_output_dir(plan, plan_path)
     argv = ["sweep", str(plan_path)] + (["--out", str(out_dir)] if out_dir else [])
+    command = "perftune " + " ".join(shlex.quote(a) for a in argv)
     terminated = []
 
     def on_sigterm(signum, frame):  # handled like Ctrl-C: the running burst is stopped, results saved
@@ -113,7 +163,8 @@ def sweep(plan_path: Path, out_dir: Path | None, fresh: bool, progress: bool, re
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        result = run_sweep(plan, out, plan_path, fresh=fresh, progress=progress, argv=argv)
+        result = run_sweep(plan, out, plan_path, fresh=fresh, progress=SweepProgressDisplay(progress),
+                           command=command)
     except KeyboardInterrupt:
         again = shlex.join(["perftune", *argv])
         why = "terminated (SIGTERM)" if terminated else "interrupted"
@@ -135,12 +186,24 @@ def sweep(plan_path: Path, out_dir: Path | None, fresh: bool, progress: bool, re
 
 
 def _threshold(text: str) -> float:
-    """``0.05`` or ``5%``."""
+    """``0.05`` or ``5%``, in [0, 1)."""
     raw = text.strip()
     try:
-        return float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
     except ValueError:
         raise UserError(f"--threshold {text!r}: expected a relative change such as 0.05 or 5%") from None
+    if not (0 <= value < 1):  # NaN fails this too
+        raise UserError(f"--threshold {value!r}: expected a relative change in [0, 1), e.g. 0.05 or 5%")
+    return value
+
+
+def _metric(text: str) -> str:
+    from perftune.compare.metrics import METRICS_HELP, known_metric
+
+    metric = known_metric(text)
+    if metric is None:
+        raise UserError(f"--metric {text!r}: unknown metric (allowed: {METRICS_HELP})")
+    return metric
 
 
 @main.command(name="compare")
@@ -175,10 +238,14 @@ def compare_command(old: Path, new: Path, threshold_text: str, metric: str, mark
     Differences that do not stop the comparison (versions, machine, workload params, burst settings) are printed
     as warning lines on stderr.
     """
-    from perftune.compare import render_text, run_compare
+    from perftune.compare.render import render_markdown, render_text
+    from perftune.compare.run import run_compare
 
-    report = run_compare(old, new, threshold=_threshold(threshold_text), metric=metric, markdown=markdown,
-                         json_out=json_out)
+    report = run_compare(old, new, threshold=_threshold(threshold_text), metric=_metric(metric))
+    if markdown is not None:
+        _write_file(markdown, render_markdown(report))
+    if json_out is not None:
+        _write_file(json_out, json.dumps(report.to_dict(), indent=1, allow_nan=False) + "\n")
     for warning in report.warnings:
         click.echo(f"perftune: warning: {warning}", err=True)
     click.echo(render_text(report))

@@ -1,15 +1,18 @@
-"""The one registry of knobs: name, allowed values, what it changes, how the burst applies it, which backends run it.
+"""The one registry of knobs: name, allowed values, what it changes, its group, which backends run it.
 
-The burst (``perftune/burst.py``) applies knobs by name; this module is the single source for what a value may be
+The burst (``perftune/burst/``) applies knobs by name; this module is the single source for what a value may be
 and what a backend can do with it, so ``perftune knobs``, plan validation and the burst never disagree.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Literal, Optional
+
+from perftune.io.records import Note
 
 BACKENDS = ("CPU", "GPU", "Ascend")
+KnobGroup = Literal["data", "compute", "distributed"]
 
 
 @dataclass(frozen=True)
@@ -18,7 +21,8 @@ class Knob:
     kind: str  # "choice" | "int" | "bool"
     default: Any
     help: str
-    applies: str  # where the burst applies it: context | threads | dataset | network | step | launch
+    #: data | compute | distributed: the sweep tries a data-bound baseline's data knobs first, else the compute ones
+    group: KnobGroup
     choices: tuple = ()
     minimum: Optional[int] = None
     maximum: Optional[int] = None
@@ -72,54 +76,54 @@ class Knob:
 KNOBS: dict[str, Knob] = {
     k.name: k
     for k in [
-        Knob("batch_size", "int", 32, "samples per optimizer step (the dataset's batch)", "dataset", minimum=1),
-        Knob("mode", "choice", "graph", "GRAPH_MODE (compiled) or PYNATIVE_MODE (eager)", "context",
+        Knob("batch_size", "int", 32, "samples per optimizer step (the dataset's batch)", "compute", minimum=1),
+        Knob("mode", "choice", "graph", "GRAPH_MODE (compiled) or PYNATIVE_MODE (eager)", "compute",
              choices=("graph", "pynative")),
-        Knob("jit_level", "choice", "O0", "graph compile level (O2: whole-graph sinking, Ascend)", "context",
+        Knob("jit_level", "choice", "O0", "graph compile level (O2: whole-graph sinking, Ascend)", "compute",
              choices=("O0", "O1", "O2"), refused={"O2": ("CPU",)}),
         Knob("graph_kernel", "choice", "off", "graph-kernel fusion (on = MindSpore's default opt level, O1/O2 = "
-             "--opt_level)", "context", choices=("off", "on", "O1", "O2"),
+             "--opt_level)", "compute", choices=("off", "on", "O1", "O2"),
              refused={"on": ("CPU",), "O1": ("CPU",), "O2": ("CPU",)}),
         Knob("amp_level", "choice", "O0", "automatic mixed precision: O0 fp32, O1 white-list fp16, O2 most ops "
-             "fp16 (BN fp32), O3 all fp16", "network", choices=("O0", "O1", "O2", "O3")),
+             "fp16 (BN fp32), O3 all fp16", "compute", choices=("O0", "O1", "O2", "O3")),
         Knob("loss_scale", "choice", "none", "loss scaling for fp16 gradients: none, static (1024) or dynamic "
-             "(grows 2x every 50 finite steps, halves and skips the update on overflow)", "step",
+             "(grows 2x every 50 finite steps, halves and skips the update on overflow)", "compute",
              choices=("none", "static", "dynamic")),
         Knob("num_parallel_workers", "int", 1, "dataset worker threads for map and batch (MindSpore caps it at the "
-             "core count)", "dataset", minimum=1, maximum=256),
-        Knob("prefetch_size", "int", 16, "dataset queue depth per operator (ds.config.set_prefetch_size)", "dataset",
+             "core count)", "data", minimum=1, maximum=256),
+        Knob("prefetch_size", "int", 16, "dataset queue depth per operator (ds.config.set_prefetch_size)", "data",
              minimum=1, maximum=1024),
         Knob("python_multiprocessing", "bool", False, "run the Python map in worker processes instead of threads "
-             "(escapes the GIL)", "dataset"),
+             "(escapes the GIL)", "data"),
         Knob("dataset_format", "choice", "numpy", "feed the data from NumPy arrays or from a MindRecord file "
-             "(written once per dataset and reused)", "dataset", choices=("numpy", "mindrecord")),
+             "(written once per dataset and reused)", "data", choices=("numpy", "mindrecord")),
         Knob("drop_remainder", "bool", True, "drop the last incomplete batch (avoids a shape change and a "
-             "recompile)", "dataset"),
+             "recompile)", "data"),
         Knob("grad_accum_steps", "int", 1, "split each batch into k micro-batches and accumulate their gradients "
-             "(same samples per update, less activation memory)", "step", minimum=1, maximum=64),
+             "(same samples per update, less activation memory)", "compute", minimum=1, maximum=64),
         Knob("recompute", "bool", False, "recompute the workload's recompute cells in backward instead of keeping "
-             "activations", "network"),
+             "activations", "compute"),
         Knob("dataset_sink_mode", "bool", False, "sink the dataset to the device and run steps there without "
-             "returning to Python", "step", no_effect_on=("CPU",)),
+             "returning to Python", "compute", no_effect_on=("CPU",)),
         Knob("kernel_threads", "int", 0, "CPU kernel threads (op_tuning.threads_num); 0 = MindSpore's default",
-             "threads", minimum=0, maximum=256),
+             "compute", minimum=0, maximum=256),
         Knob("dispatch_threads", "int", 0, "runtime dispatch threads (runtime.dispatch_threads_num); 0 = default",
-             "threads", minimum=0, maximum=256),
+             "compute", minimum=0, maximum=256),
         Knob("train_step", "choice", "cell", "how the step is written: a Cell (TrainOneStepCell style) or an "
-             "ms.jit function around value_and_grad + the optimizer", "step", choices=("cell", "function")),
-        # -- distributed (perftune/distributed.py): workers >= 2 launches the burst under msrun, one rank per worker
+             "ms.jit function around value_and_grad + the optimizer", "compute", choices=("cell", "function")),
+        # -- distributed (perftune/runner/msrun.py): workers >= 2 launches the burst under msrun, one rank per worker
         Knob("workers", "int", 1, "ranks (processes) in total: 1 runs the burst in one process; >= 2 launches it "
-             "with msrun, batch_size split evenly over the ranks (batch_size stays the global batch)", "launch",
+             "with msrun, batch_size split evenly over the ranks (batch_size stays the global batch)", "distributed",
              minimum=1, maximum=4096),
         Knob("parallel_mode", "choice", "data_parallel", "set_auto_parallel_context(parallel_mode=...) when "
-             "workers >= 2 (semi/auto parallel: MindSpore shards the operators; Ascend/GPU only)", "context",
+             "workers >= 2 (semi/auto parallel: MindSpore shards the operators; Ascend/GPU only)", "distributed",
              choices=("data_parallel", "semi_auto_parallel", "auto_parallel"),
              refused={"semi_auto_parallel": ("CPU",), "auto_parallel": ("CPU",)}),
         Knob("search_mode", "choice", "sharding_propagation", "strategy search of parallel_mode=auto_parallel "
-             "(MindSpore 2.10 offers these three)", "context",
+             "(MindSpore 2.10 offers these three)", "distributed",
              choices=("sharding_propagation", "recursive_programming", "dynamic_programming")),
         Knob("gradients_mean", "bool", True, "data parallel: average (true) or sum (false) the gradients over the "
-             "ranks", "context"),
+             "ranks", "distributed"),
     ]
 }
 
@@ -135,12 +139,27 @@ def effective(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def no_effect_notes(values: dict[str, Any], backend: str) -> list[str]:
+def in_group(group: KnobGroup) -> tuple[str, ...]:
+    """The knobs of one group, in registry order."""
+    return tuple(name for name, knob in KNOBS.items() if knob.group == group)
+
+
+def format_value(value: Any) -> str:
+    """A knob value as plans and labels write it (booleans in YAML's lower case)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def label_of(changes: dict[str, Any], empty: str = "baseline") -> str:
+    """``+mode=graph +prefetch_size=4``: the label of a configuration by its changes from the baseline."""
+    return " ".join(f"+{k}={format_value(v)}" for k, v in changes.items()) or empty
+
+
+def no_effect_notes(values: dict[str, Any], backend: str) -> list[Note]:
     """Knobs set away from their default that MindSpore accepts but ignores on ``backend``."""
     notes = []
     for name, value in values.items():
         knob = KNOBS[name]
         if backend in knob.no_effect_on and value != knob.default:
-            shown = str(value).lower() if isinstance(value, bool) else value
-            notes.append(f"{name}={shown} has no effect on {backend}: MindSpore accepts it and ignores it")
+            notes.append(Note(kind="no_effect", knob=name, text=f"{name}={format_value(value)} has no effect on "
+                                                                 f"{backend}: MindSpore accepts it and ignores it"))
     return notes

@@ -1,4 +1,4 @@
-"""Phase attribution under recompute and gradient accumulation (perftune.attribution).
+"""Phase attribution under recompute and gradient accumulation (perftune.profile.attribution).
 
 Two kinds of test, none of which runs MindSpore:
 
@@ -21,9 +21,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perftune.attribution import KINDS, attribute_phases, launch_kind, launch_table, recompute_share
-from perftune.profiling import classify_phase, compute_splits, load_profile
-from perftune.records import PHASES
+from perftune.profile.attribution import KINDS, attribute_phases, launch_kind, launch_table, recompute_share
+from perftune.profile.layouts import load_profile
+from perftune.profile.phases import classify_phase
+from perftune.profile.splits import compute_splits
+from perftune.io.records import PHASES
 
 PROFILES = Path(__file__).resolve().parent / "data" / "profiles"
 MODES_FORMS = [("graph", "cell"), ("graph", "function"), ("pynative", "cell"), ("pynative", "function")]
@@ -54,7 +56,7 @@ MODES_FORMS = [("graph", "cell"), ("graph", "function"), ("pynative", "cell"), (
     ],
 )
 def test_launch_kind(name, op_type, name_phase, name_rule, kind):
-    assert classify_phase(name, op_type) == name_phase  # what the name rules of perftune.profiling say
+    assert classify_phase(name, op_type) == name_phase  # what the name rules of perftune.profile say
     assert kind in KINDS and launch_kind(name, op_type, name_phase, name_rule) == kind
 
 

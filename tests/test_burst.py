@@ -15,8 +15,10 @@ from click.testing import CliRunner
 
 from conftest import TINY_BURST, TINY_MLP
 from perftune.cli import main
-from perftune.launch import make_spec, run_trial
-from perftune.plan import parse_plan
+from perftune.engine.plan import accuracy_samples, lr_scale, parse_plan
+from perftune.io.records import Note
+from perftune.engine.specs import make_spec
+from perftune.runner import run_trial
 
 
 def plan_for(workload: str = "mlp", params=None, burst=None, baseline=None):
@@ -97,7 +99,8 @@ def test_every_knob_takes_effect_or_says_why(everything, baseline):
     assert a["amp_effect"]["changed"] and a["amp_effect"]["max_abs_output_change"] > 0  # float16 really ran
     assert a["recompute_cells"] == ["_backbone.blocks.0", "_backbone.blocks.1"]
     assert a["kernel_threads_configured"] and a["dispatch_threads_configured"]
-    assert "dataset_sink_mode=true has no effect on CPU: MindSpore accepts it and ignores it" in result.notes
+    assert Note(kind="no_effect", knob="dataset_sink_mode",
+                text="dataset_sink_mode=true has no effect on CPU: MindSpore accepts it and ignores it") in result.notes
     # drop_remainder=false: the last, short batch of each pass really reaches the step
     sizes = {s.samples_seen - prev.samples_seen for prev, s in zip(result.steps, result.steps[1:])}
     assert sizes == {32, 1000 % 32}
@@ -125,7 +128,8 @@ def test_pynative_mode(tmp_path_factory, baseline):
     result, _ = burst(tmp_path_factory, "pynative", {"mode": "pynative", "jit_level": "O1"})
     assert result.status == "ok", result.reason
     assert result.applied["mode"] == "pynative"
-    assert "jit_level=O1 has no effect in pynative mode (nothing is compiled)" in result.notes
+    assert Note(kind="no_effect", knob="jit_level",
+                text="jit_level=O1 has no effect in pynative mode (nothing is compiled)") in result.notes
     assert result.accuracy.val_loss == pytest.approx(baseline[0].accuracy.val_loss, rel=1e-3)
 
 
@@ -194,19 +198,19 @@ def test_learning_rate_scaled_with_the_batch_under_the_linear_rule(tmp_path_fact
         "burst": {**TINY_BURST, "profile_steps": 0}, "baseline": {"batch_size": 32, "mode": "graph"},
         "accuracy": {"lr_scaling": "linear"},
     })
-    assert plan.lr_scale(64) == 2.0 and plan.lr_scale(32) == 1.0
+    assert lr_scale(plan, 64) == 2.0 and lr_scale(plan, 32) == 1.0
     assert make_spec(plan, {}, "baseline").trial_id == make_spec(
         parse_plan({**plan.model_dump(mode="json"), "accuracy": {"lr_scaling": "none"}}), {}, "baseline").trial_id
     spec = make_spec(plan, {"batch_size": 64}, "+batch_size=64")
     assert spec.lr_scale == 2.0
     result = run_trial(spec, tmp_path_factory.mktemp("lr_rule"))
     assert result.status == "ok", (result.reason, result.log_tail)
-    assert any("learning rate scaled x2" in n for n in result.notes), result.notes
+    assert any("learning rate scaled x2" in n.text for n in result.notes), result.notes
     base_lr = 1e-3  # the mlp workload's default
     assert all(s.learning_rate == pytest.approx(2 * base_lr) for s in result.steps) and result.steps
     acc = result.accuracy
     assert acc.lr_scale == 2.0 and acc.samples_seen == 64 * acc.updates
-    assert acc.updates == math.ceil(plan.accuracy_samples() / 64)
+    assert acc.updates == math.ceil(accuracy_samples(plan) / 64)
 
 
 def test_timed_windows_sync_once_and_record_contention(baseline):
@@ -224,7 +228,7 @@ def test_timed_windows_sync_once_and_record_contention(baseline):
 
 
 def test_contention_is_others_cpu_over_the_machine():
-    from perftune.contention import CONTENDED_SHARE, Reading, between
+    from perftune.burst.contention import CONTENDED_SHARE, Reading, between
 
     cores = psutil.cpu_count()
     start = Reading(wall_s=100.0, busy_s=1000.0, steal_s=5.0, own_s=10.0)

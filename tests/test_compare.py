@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from conftest import REPO, TINY_MLP, run_sweep_cli, write_plan
 from perftune.cli import main
-from perftune.compare import run_compare
+from perftune.compare.run import run_compare
 
 
 @pytest.fixture(scope="session")
@@ -233,7 +233,7 @@ def test_other_machine_and_versions_warn_but_compare(compare_runs, tmp_path):
 
 
 def test_ci_plan_is_valid_and_small():
-    from perftune.plan import load_plan
+    from perftune.engine.plan import load_plan
 
     plan = load_plan(REPO / "experiments" / "ci" / "tiny.yaml")
     assert plan.workload == "mlp" and len(plan.variables) <= 1

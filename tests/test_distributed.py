@@ -17,11 +17,13 @@ import pytest
 
 pytest.importorskip("mindspore")
 
-from perftune import profiling  # noqa: E402
-from perftune.distributed import free_port, msrun_command, cluster_of, processes_of  # noqa: E402
-from perftune.launch import make_spec, run_trial  # noqa: E402
-from perftune.plan import PlanError, parse_plan  # noqa: E402
-from perftune.records import PHASES, TrialResult  # noqa: E402
+from perftune.engine.plan import PlanError, parse_plan  # noqa: E402
+from perftune.engine.specs import make_spec  # noqa: E402
+from perftune.io.records import PHASES, TrialResult  # noqa: E402
+from perftune.profile.layouts import load_profile  # noqa: E402
+from perftune.runner import run_trial  # noqa: E402
+from perftune.runner.msrun import cluster_of, free_port, msrun_command  # noqa: E402
+from perftune.runner.process import processes_of  # noqa: E402
 
 pytestmark = pytest.mark.distributed
 
@@ -105,7 +107,7 @@ def test_communication_is_allreduce_and_nonzero(dp):
     for summary in result.ranks:
         assert summary.splits is not None and summary.splits.communication_ms > 0, summary.profile_error
         assert any(op.op_type == "AllReduce" and op.phase == "communication" for op in summary.top_ops)
-        ops = profiling.load_profile(trial_dir / f"rank_{summary.rank}" / "profile").ops
+        ops = load_profile(trial_dir / f"rank_{summary.rank}" / "profile").ops
         comm = ops[ops["phase"] == "communication"]
         allreduce = comm[comm["op_type"] == "AllReduce"]
         # one AllReduce per parameter per step (unfused), nothing else but the reducer's own scaling

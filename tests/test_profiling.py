@@ -1,4 +1,4 @@
-"""perftune.profiling on real profiler output (tests/data/profiles/, see make_profiles.py there) and bad folders.
+"""perftune.profile on real profiler output (tests/data/profiles/, see make_profiles.py there) and bad folders.
 
 Everything but the last test parses committed fixtures (no MindSpore import, well under a second); the last one
 profiles three real steps in a subprocess.
@@ -17,16 +17,11 @@ from pathlib import Path
 import pytest
 
 from perftune.errors import ProfileError, UserError
-from perftune.profiling import (
-    OP_COLUMNS,
-    ProfileData,
-    classify_phase,
-    compute_splits,
-    load_all_ranks,
-    load_profile,
-    top_ops,
-)
-from perftune.records import PHASES, Splits, TopOp
+from perftune.io.records import PHASES, Splits, TopOp
+from perftune.profile.columns import OP_COLUMNS
+from perftune.profile.layouts import ProfileData, load_all_ranks, load_profile
+from perftune.profile.phases import classify_phase
+from perftune.profile.splits import compute_splits, top_ops
 
 PROFILES = Path(__file__).resolve().parent / "data" / "profiles"
 REAL = ["mlp_graph", "mlp_pynative", "dp2_allreduce"]
@@ -365,7 +360,7 @@ SESSION_SCRIPT = textwrap.dedent(
     import numpy as np
     import mindspore as ms
     from mindspore import nn, ops
-    from perftune.profiling import ProfilerSession
+    from perftune.profile.session import ProfilerSession
 
     ms.set_device("CPU")
     ms.set_context(mode=ms.GRAPH_MODE)

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from perftune import stats
-from perftune.accuracy import check
-from perftune.plan import AccuracyGate
-from perftune.records import Accuracy
+from perftune.engine import stats
+from perftune.engine.accuracy import check
+from perftune.io.plan import AccuracyGate
+from perftune.io.records import Accuracy
 
 
 def windows(rng, mean, n_proc=1, n_win=3, between=0.03, within=0.01):

@@ -15,8 +15,8 @@ import pytest
 ms = pytest.importorskip("mindspore")
 from mindspore import Parameter, Tensor, amp, nn, ops  # noqa: E402
 
-from perftune.amp_check import apply_amp, probe_inputs, scaler_read_back  # noqa: E402
-from perftune.train_step import NetWithLoss, build_train_step  # noqa: E402
+from perftune.burst.amp_check import apply_amp, probe_inputs, scaler_read_back  # noqa: E402
+from perftune.burst.train_step import NetWithLoss, build_train_step  # noqa: E402
 
 STEPS_BEFORE_VAL, STEPS_AFTER_VAL = 2, 1
 BATCH = 4
@@ -191,7 +191,7 @@ def state(net) -> dict:
 
 @pytest.fixture(params=["graph", "pynative"])
 def mode(request):
-    from perftune.burst import first_eager_op
+    from perftune.burst.context import first_eager_op
 
     before = ms.get_context("mode")
     ms.set_context(mode=ms.GRAPH_MODE if request.param == "graph" else ms.PYNATIVE_MODE)
@@ -316,7 +316,7 @@ def test_amp_without_effect_says_so(mode):
 
 
 def test_loss_scaler_read_back():
-    from perftune.train_step import make_scaler
+    from perftune.burst.train_step import make_scaler
 
     assert scaler_read_back(make_scaler("none"), scaled=False) == {"loss_scaler": "none", "loss_scale_value": None}
     assert scaler_read_back(make_scaler("static"), scaled=True) == {"loss_scaler": "StaticLossScaler",

@@ -7,7 +7,7 @@ import math
 import os
 import stat
 
-from perftune.store import finite, write_json_atomic, write_text_atomic
+from perftune.io.store import finite, write_json_atomic, write_text_atomic
 
 
 def test_non_finite_numbers_are_written_as_null(tmp_path):

@@ -15,7 +15,7 @@ import pytest
 
 import perftune
 from conftest import TINY_MLP, run_sweep_cli, write_plan
-from perftune.records import SweepResult
+from perftune.io.sweep_records import SweepResult
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -47,7 +47,7 @@ def assert_consistent(result: SweepResult, out: Path) -> None:
 
 def test_data_bound_sweep_runs_every_trial_and_records_its_decisions(quick_sweep):
     result = SweepResult.model_validate_json((quick_sweep / "results.json").read_text())
-    assert result.status == "complete" and result.schema_version == 1
+    assert result.status == "complete" and result.schema_version == 2
     singles = by_label(result)
     assert set(singles) == {"+num_parallel_workers=2", "+mode=pynative"}
     for t in singles.values():
@@ -224,11 +224,12 @@ def test_fresh_starts_over(quick_sweep, tmp_path):
     """--fresh runs everything again instead of reusing (checked on a copy, without running the bursts)."""
     import shutil
 
-    from perftune.sweep import Sweep
-    from perftune.plan import parse_plan
+    from perftune.engine.plan import parse_plan
+    from perftune.engine.sweep import Sweep
+    from perftune.runner import run_trial
 
     copy = tmp_path / "copy"
     shutil.copytree(quick_sweep, copy)
     plan = parse_plan(json.loads((copy / "results.json").read_text())["plan"])
-    Sweep(plan, copy, fresh=True, progress=False)
+    Sweep(plan, copy, run_trial, fresh=True)
     assert not (copy / "trials").exists() and not (copy / "results.json").exists()

@@ -16,10 +16,11 @@ from typing import Any, Optional
 
 import pytest
 
-from perftune.plan import Plan
-from perftune.records import Accuracy, SweepResult, TrialResult, TrialSpec, WindowStats
-from perftune.store import write_json_atomic
-from perftune.sweep import Sweep
+from perftune.engine.sweep import Sweep
+from perftune.io.plan import Plan
+from perftune.io.records import Accuracy, Note, TrialResult, TrialSpec, WindowStats
+from perftune.io.store import write_json_atomic
+from perftune.io.sweep_records import SweepResult
 
 BASE_SPS = 100.0  # baseline throughput, samples/s
 WINDOWS = 3
@@ -32,7 +33,7 @@ class Script:
     factor: float | list[float] = 1.0
     status: str = "ok"
     reason: Optional[str] = None
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
     applied: dict[str, Any] = field(default_factory=dict)
     val_loss: float = 2.0
     data_share: float = 0.1  # data wait / step, for the order rule (baseline's first run)
@@ -79,7 +80,7 @@ def make_sweep(tmp_path: Path, variables: dict[str, list], scripts: dict[str, Sc
     plan = Plan(name="scripted", workload="tiny_mlp", baseline=baseline or {}, variables=variables,
                 decision={"baseline_runs": baseline_runs, "min_gain": min_gain, "retry_on_stack": retry_on_stack})
     runner = ScriptedRunner(scripts, interrupt_at)
-    return Sweep(plan, tmp_path / "out", progress=False, run=runner), runner
+    return Sweep(plan, tmp_path / "out", runner), runner
 
 
 def singles(result: SweepResult) -> dict:
@@ -137,14 +138,15 @@ def test_gain_below_min_gain_is_not_significant(tmp_path):
 
 # -- issue 12 item 1: a known no-op is never a win -----------------------------------------------------------------
 def test_known_noop_is_no_effect_even_when_timed_clearly_faster(tmp_path):
-    note = "dataset_sink_mode=true has no effect on CPU: MindSpore accepts it and ignores it"
+    note = Note(kind="no_effect", knob="dataset_sink_mode",
+                text="dataset_sink_mode=true has no effect on CPU: MindSpore accepts it and ignores it")
     scripts = {
         "baseline": Script(),
         "+dataset_sink_mode=true": Script(factor=1.8, notes=[note]),
         # read back shows the requested value was not applied
         "+num_parallel_workers=2": Script(factor=1.8, applied={"num_parallel_workers": 1}),
         # a no-effect note about another knob does not make this change a no-op
-        "+mode=pynative": Script(factor=1.8, notes=["jit_level=O1 has no effect in pynative mode"],
+        "+mode=pynative": Script(factor=1.8, notes=[Note(kind="no_effect", knob="jit_level", text="jit_level=O1 has no effect in pynative mode")],
                                  applied={"mode": "pynative"}),
     }
     sweep, _ = make_sweep(tmp_path, {"dataset_sink_mode": [True], "num_parallel_workers": [2], "mode": ["pynative"]},
@@ -153,7 +155,7 @@ def test_known_noop_is_no_effect_even_when_timed_clearly_faster(tmp_path):
     s = singles(result)
     sink = s["+dataset_sink_mode=true"]
     assert sink.vs_baseline.verdict == "faster"  # the timing says faster ...
-    assert sink.verdict == "no effect" and sink.reason == note  # ... the verdict does not believe it
+    assert sink.verdict == "no effect" and sink.reason == note.text  # ... the verdict does not believe it
     workers = s["+num_parallel_workers=2"]
     assert workers.vs_baseline.verdict == "faster"
     assert workers.verdict == "no effect" and "was not applied" in workers.reason

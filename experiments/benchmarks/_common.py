@@ -79,7 +79,7 @@ def log(msg: str) -> None:
 
 def make_plan(**fields):
     """A validated perftune ``Plan`` (name defaults to 'bench')."""
-    from perftune.plan import parse_plan
+    from perftune.engine.plan import parse_plan
 
     data = {"name": "bench", **fields}
     return parse_plan(data, "benchmark plan")
@@ -87,8 +87,9 @@ def make_plan(**fields):
 
 def run_burst(plan, knobs: dict, trial_dir: Path, label: str = "trial", replicate: int = 0,
               cache_dir: Optional[Path] = None):
-    """One perftune burst (``launch.run_trial``: a fresh ``python -m perftune.burst`` process)."""
-    from perftune.launch import make_spec, run_trial
+    """One perftune burst (``perftune.runner.run_trial``: a fresh ``python -m perftune.burst`` process)."""
+    from perftune.engine.specs import make_spec
+    from perftune.runner import run_trial
 
     spec = make_spec(plan, knobs, label, replicate, cache_dir)
     return run_trial(spec, trial_dir)
@@ -309,7 +310,7 @@ def child_plain(args: dict) -> dict:
     else:
         import inspect
 
-        from perftune.train_step import CellTrainStep, NetWithLoss, make_scaler
+        from perftune.burst.train_step import CellTrainStep, NetWithLoss, make_scaler
 
         extra = {}
         if "with_norm" in inspect.signature(CellTrainStep).parameters:
@@ -368,18 +369,18 @@ def child_plain(args: dict) -> dict:
 
 
 def child_instrumented(args: dict) -> dict:
-    """Run ``perftune.burst.Burst`` on ``args['trial_dir']/spec.json`` with each stage timed.
+    """Run ``perftune.burst.phases.Burst`` on ``args['trial_dir']/spec.json`` with each stage timed.
 
-    Wraps the Burst methods by name (those that exist in this version of burst.py), the workload's ``generate``
-    and the module-level ``environment`` (git calls).  Writes ``trial.json`` as the burst would."""
+    Wraps the Burst methods by name (those that exist in this version of phases.py), the workload's ``generate``
+    and the ``environment`` it calls (git calls).  Writes ``trial.json`` as the burst would."""
     entered = time.time()
     timings: dict[str, float] = {"process_start_s": entered - float(args["launch_time"])}
     t0 = time.perf_counter()
     import numpy  # noqa: F401
 
-    from perftune import burst as burst_mod
-    from perftune.records import TrialSpec
-    from perftune.store import write_json_atomic
+    from perftune.burst import phases as burst_mod
+    from perftune.io.files import read_spec
+    from perftune.io.store import write_json_atomic
 
     timings["import_perftune_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -411,12 +412,11 @@ def child_instrumented(args: dict) -> dict:
         return out
 
     cls.build = build_and_wrap_generate
-    from perftune import profiling
+    from perftune.profile import layouts
 
-    if hasattr(profiling, "load_profile"):
-        profiling.load_profile = timed("profile_parse_s", profiling.load_profile)
+    layouts.load_profile = timed("profile_parse_s", layouts.load_profile)  # phases imports it when it profiles
     trial_dir = Path(args["trial_dir"])
-    spec = TrialSpec.model_validate_json((trial_dir / "spec.json").read_text())
+    spec = read_spec(trial_dir)
     os.chdir(trial_dir)
     t0 = time.perf_counter()
     b = cls(spec, trial_dir)
@@ -453,7 +453,7 @@ def _child_main(argv: list[str]) -> None:
     command, payload = argv[0], json.loads(argv[1])
     answer = CHILDREN[command](payload)
     print(json.dumps(answer), flush=True)
-    # MindSpore's exit handlers can be slow or hang (see burst.py); the answer is out, leave now
+    # MindSpore's exit handlers can be slow or hang (see perftune/burst/main.py); the answer is out, leave now
     os._exit(0)
 
 

@@ -37,7 +37,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from perftune.compare import run_compare  # noqa: E402
+from perftune.compare.run import run_compare  # noqa: E402
 from perftune.errors import UserError  # noqa: E402
 
 CI_PLAN = REPO / "experiments" / "ci" / "tiny.yaml"
@@ -50,15 +50,15 @@ class CannotMeasure(Exception):
 def sweep(plan: dict, side: Path, round_: int) -> Path:
     """One real sweep of ``plan`` into ``side/<round>``: what ``perftune sweep PLAN --out side/<round>`` runs (each
     burst in a fresh process), called in this process to spare the CLI's start-up per sweep."""
-    from perftune.plan import load_plan
-    from perftune.sweep import run_sweep
+    from perftune.commands import sweep as run_sweep
+    from perftune.engine.plan import load_plan
 
     side.mkdir(parents=True, exist_ok=True)
     plan_path = side / "plan.yaml"
     plan_path.write_text(yaml.safe_dump(plan, sort_keys=False))
     out = side / str(round_)
     try:
-        result = run_sweep(load_plan(plan_path), out, plan_path, progress=False)
+        result = run_sweep(load_plan(plan_path), out, plan_path)
     except UserError as exc:
         raise CannotMeasure(f"sweep {out}: {exc}") from None
     failed = [t for t in result.trials if t.result.status != "ok"]

@@ -8,7 +8,7 @@
    before the first burst and again after each one, so every burst is bracketed by two peak measurements (the
    machine is shared: the load moves the peak, and MFU is reported against the bracketing peaks as well as
    against the best peak seen).
-2. One perftune burst (``launch.run_trial``) per configuration: mlp (defaults, batch 32) and tiny_gpt (d=64, seq 64,
+2. One perftune burst (``perftune.runner.run_trial``) per configuration: mlp (defaults, batch 32) and tiny_gpt (d=64, seq 64,
    batch 16), each in graph and pynative mode (cell step), short bursts without profiling.
 3. Per configuration: model FLOPs per step (``Workload.flops_per_sample`` x batch, as the trial records it),
    achieved FLOP/s (flops_per_sample x samples/s) and MFU against the MindSpore peak (and the NumPy peak).

@@ -9,7 +9,7 @@ counts, three kinds of fresh process, interleaved A B C A B C ... (``--pairs`` r
 * A: a plain loop, ``nn.TrainOneStepCell(nn.WithLossCell(net, loss), opt)`` (what a user writes by hand);
 * B: a plain loop around perftune's own ``CellTrainStep`` as the burst times it (loss scaler, finiteness check,
   ``with_norm=False``), without the harness;
-* C: a perftune burst (``launch.run_trial`` -> ``python -m perftune.burst``) at the default burst length
+* C: a perftune burst (``perftune.runner.run_trial`` -> ``python -m perftune.burst``) at the default burst length
   (warm-up 3, 3 windows of 30 steps, 5 profiled steps; accuracy phase = batch x 30 x 3 samples).
 
 Both plain loops run as many untimed steps before their windows as the burst does (compile, the accuracy phase's
@@ -45,6 +45,7 @@ TARGET_SHARE = 0.25
 
 def measure_workload(name: str, pairs: int, out: Path) -> dict:
     from perftune import knobs as knob_registry
+    from perftune.engine.plan import accuracy_samples
 
     params, batch = c.WORKLOADS[name]
     plan = c.make_plan(workload=name, workload_params=params, baseline={"batch_size": batch})
@@ -53,7 +54,7 @@ def measure_workload(name: str, pairs: int, out: Path) -> dict:
     plain_args = {
         "workload": name, "workload_params": params, "seed": plan.seed, "knobs": knobs,
         # as many untimed steps before the windows as the burst runs (its accuracy phase, warm-up and drain)
-        "warmup_steps": -(-plan.accuracy_samples() // batch) - 1 + b.warmup_steps + int(knobs["prefetch_size"]) + 2,
+        "warmup_steps": -(-accuracy_samples(plan) // batch) - 1 + b.warmup_steps + int(knobs["prefetch_size"]) + 2,
         "steps": b.steps, "repeats": b.repeats,
     }
     rounds = []
@@ -72,8 +73,8 @@ def measure_workload(name: str, pairs: int, out: Path) -> dict:
               f"{r.wall_s:.1f} s, fixed {row['fixed']['fixed_share']:.0%}")
         rounds.append(row)
     # one more burst with a timer around each stage, for what trial.json does not split
-    from perftune.launch import make_spec
-    from perftune.store import write_json_atomic
+    from perftune.engine.specs import make_spec
+    from perftune.io.store import write_json_atomic
 
     spec = make_spec(plan, {}, "overhead-instrumented", replicate=1000)
     idir = out / name / "instrumented"

@@ -4,7 +4,7 @@
     .venv/bin/python experiments/benchmarks/precision.py --workload mlp --trials 10
 
 Runs ``--trials`` (10) baseline bursts of one small configuration, each in its own process
-(``launch.run_trial``, the plan's default burst: warm-up 3, 3 windows of 30 steps, 5 profiled steps), one after
+(``perftune.runner.run_trial``, the plan's default burst: warm-up 3, 3 windows of 30 steps, 5 profiled steps), one after
 another, and reports (printed last):
 
 * the coefficient of variation of throughput across processes (each process's median window samples/s; target
@@ -13,7 +13,7 @@ another, and reports (printed last):
 * the between-process SD of log throughput, i.e. the SD of the process means of log window throughput that
   ``stats.Noise.estimate`` computes from repeated runs: the empirical basis for ``stats.PRIOR_BETWEEN_SD``
   (now 0.03), with a 95% interval; and its part not explained by window noise (var - within/windows);
-* 10 A/A comparisons with ``perftune.stats`` exactly as the sweep makes them: trial i against the pooled
+* 10 A/A comparisons with ``perftune.engine.stats`` exactly as the sweep makes them: trial i against the pooled
   baseline of trials i+1..i+3 (noise estimated from those three runs plus the prior), at the plan's confidence
   (95%) and min_gain (3%), and also with min_gain 0 (interval excludes 1); plus 10 one-against-one comparisons
   as the sweep's A/A check does (trial i vs trial i+1: the noise is the prior alone).  Target: none significant.
@@ -39,7 +39,7 @@ TARGET_CV = 0.03
 
 
 def aa_comparisons(procs: list[list[float]], confidence: float, min_gain: float) -> dict:
-    from perftune import stats
+    from perftune.engine import stats
 
     n = len(procs)
     rows = []
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     import numpy as np
     from scipy import stats as sps
 
-    from perftune import stats
+    from perftune.engine import stats
 
     out = c.out_dir("precision", args.out)
     params, batch = c.WORKLOADS[args.workload]

@@ -5,7 +5,7 @@
 
 Profiles ``--steps`` (200) steps, and half as many, of a small decoder-only Transformer LM (the repository's
 ``tiny_gpt`` workload when it imports, else a small LM defined here) in GRAPH mode on CPU, in the burst's
-TrainStep cell form, with ``perftune.profiling.ProfilerSession``; the two profiles are cached under ``--cache``
+TrainStep cell form, with ``perftune.profile.session.ProfilerSession``; the two profiles are cached under ``--cache``
 (default ``$TMPDIR/perftune_bench/profile_parse``) and reused while MindSpore's version and the settings match.
 
 Then, for each profile, a fresh Python process times ``load_profile`` + ``compute_splits`` (median of
@@ -102,7 +102,7 @@ def generate(cache: Path, steps: int) -> None:
     import mindspore as ms
     from mindspore import nn, ops
 
-    from perftune.profiling import ProfilerSession
+    from perftune.profile.session import ProfilerSession
 
     ms.set_device("CPU")
     ms.set_context(mode=ms.GRAPH_MODE)
@@ -187,7 +187,8 @@ def generate(cache: Path, steps: int) -> None:
 def measure(folder: Path, steps: int, step_ms: float, data_ms: float, repeats: int, what: str) -> None:
     import tracemalloc
 
-    from perftune.profiling import compute_splits, load_profile
+    from perftune.profile.layouts import load_profile
+    from perftune.profile.splits import compute_splits
 
     def once():
         prof = load_profile(folder)

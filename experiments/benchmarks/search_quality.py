@@ -14,9 +14,9 @@ A deliberately naive baseline: pynative, function step, batch 8, 1 worker.
 
 1. grid: every configuration once, each a fresh burst; its best = the highest throughput among the configurations
    whose accuracy passes the plan's gate against the naive baseline (val_loss within 5%, no NaN, grad norm);
-2. sweep: ``perftune.sweep.run_sweep`` on the plan (baseline + one knob at a time + stacking + leave-one-out);
+2. sweep: ``perftune.commands.sweep`` on the plan (baseline + one knob at a time + stacking + leave-one-out);
 3. re-measure side by side: the sweep's best, the grid's best and the naive baseline, interleaved, ``--rounds``
-   times (fresh processes), compared with ``perftune.stats``.
+   times (fresh processes), compared with ``perftune.engine.stats``.
 
 Figures (printed last): the best configuration each found; sweep-best / grid-best throughput (target >= 0.95);
 trials used by the sweep against the grid's (target <= 1/3); the sweep-best's speedup over the naive baseline
@@ -79,9 +79,10 @@ def main(argv=None) -> int:
 
 
 def run(space: dict, rounds: int, out: Path, burst: dict, samples: int) -> tuple[list[str], list[str]]:
-    from perftune import accuracy as gate
-    from perftune import stats
-    from perftune.sweep import run_sweep
+    from perftune.cli import SweepProgressDisplay
+    from perftune.commands import sweep as run_sweep
+    from perftune.engine import accuracy as gate
+    from perftune.engine import stats
 
     params = c.SMALL_GPT
     plan = c.make_plan(
@@ -121,7 +122,8 @@ def run(space: dict, rounds: int, out: Path, burst: dict, samples: int) -> tuple
 
     # -- 2. the sweep -----------------------------------------------------------------------------------------------
     sweep_started = time.perf_counter()
-    result = run_sweep(plan, out / "sweep", fresh=True, progress=True, argv=["sweep", "(search_quality.py)"])
+    result = run_sweep(plan, out / "sweep", fresh=True, progress=SweepProgressDisplay(),
+                       command="perftune sweep (search_quality.py)")
     sweep_wall = time.perf_counter() - sweep_started
     if result.best_trial_id is None:
         raise c.CannotMeasure("the sweep named no best configuration")

@@ -3,7 +3,8 @@
 Self-contained means: figures are embedded PNGs (``data:`` URIs), the CSS is inline, there is no JavaScript, and a
 Content-Security-Policy forbids fetching anything, so the file opens offline and shows the same thing everywhere.
 Modules: ``load`` (results.json + trial.json files), ``figures`` (matplotlib -> PNG), ``notes`` (bottleneck
-notes), ``html`` (context and jinja2 rendering, templates in ``templates/``).
+notes), ``html`` (context and jinja2 rendering, templates in ``templates/``), ``tables`` (ablation.csv/.md),
+``summary`` (the lines a command prints), ``frames`` (``perftune.load_results``), ``format`` (numbers).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from perftune.errors import UserError
-from perftune.store import write_text_atomic
+from perftune.io.files import RESULTS_NAME
+from perftune.io.store import write_text_atomic
 
 REPORT_NAME = "report.html"
 
@@ -22,7 +24,7 @@ def write_report(out_dir: Path) -> Path:
     from perftune.report.load import load_folder
 
     out_dir = Path(out_dir)
-    if not (out_dir / "results.json").is_file():
+    if not (out_dir / RESULTS_NAME).is_file():
         what = "no such folder" if not out_dir.exists() else "no results.json in it (not a perftune sweep folder)"
         raise UserError(f"{out_dir}: {what}")
     html = render(build_context(load_folder(out_dir)))

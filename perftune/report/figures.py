@@ -1,6 +1,6 @@
 """The report's figures: matplotlib (Agg, no pyplot, no global state) in, base64 PNG ``data:`` URIs out.
 
-Each function takes plain rows (dicts or a DataFrame from ``perftune.tables``) and returns ``None`` when there is
+Each function takes plain rows (dicts or a DataFrame from ``perftune.report.tables``) and returns ``None`` when there is
 nothing to draw, so the template can say why a figure is missing instead of showing an empty frame.
 """
 
@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 import pandas as pd
 from matplotlib.figure import Figure
 
-from perftune.records import PHASES
+from perftune.io.records import PHASES
 
 WIDTH_IN = 8.0
 DPI = 110
@@ -116,7 +116,7 @@ def throughput_figure(rows: Sequence[dict]) -> Optional[str]:
 def waterfall_figure(ablation: pd.DataFrame, final: Optional[tuple[float, float, float]]) -> Optional[str]:
     """Cumulative speed-up over the baseline, one stack step at a time; ``final`` is (ratio, ci_low, ci_high).
 
-    ``ablation`` is ``perftune.tables.ablation_table`` with an optional ``change_label`` column (the step's own
+    ``ablation`` is ``perftune.report.tables.ablation_table`` with an optional ``change_label`` column (the step's own
     change, shorter than the cumulative configuration).
     """
     if ablation.empty or len(ablation) < 2:

@@ -1,13 +1,12 @@
 """The report's context (what each section shows, already formatted) and its rendering with jinja2.
 
-The tables come from ``perftune.tables`` (the same DataFrames as ablation.csv / singles.csv), the figures from
+The tables come from ``tables`` (the same DataFrames as ablation.csv / singles.csv), the figures from
 ``figures``, the bottleneck lines from ``notes``.  Every string from the results goes through jinja2's autoescape:
 op names, reasons and log tails are data, never markup.
 """
 
 from __future__ import annotations
 
-import math
 import shlex
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,12 +17,14 @@ import pandas as pd
 import yaml
 
 from perftune import __version__ as perftune_version
-from perftune.records import PHASES, SweepTrial
+from perftune.knobs import label_of
+from perftune.io.records import PHASES
+from perftune.io.sweep_records import FAILED_VERDICTS, SweepTrial
 from perftune.report import figures
+from perftune.report.format import is_missing, num
 from perftune.report.load import SweepFolder
 from perftune.report.notes import bottleneck_note
-from perftune.sweep import FAILED, label_of
-from perftune.tables import ablation_table, loo_table, singles_table
+from perftune.report.tables import ablation_table, loo_table, singles_table
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 REJECTED = ("slower", "not significant", "accuracy rejected", "no effect", "dropped")
@@ -33,18 +34,10 @@ WIDE_INTERVAL = 1.5  # A/A interval high/low above this: the machine is too nois
 
 
 # -- formatting ------------------------------------------------------------------------------------------------------
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def num(value: Any, fmt: str = ".1f") -> str:
-    return "" if _missing(value) else format(value, fmt)
-
-
 def speedup_text(ratio: Any, low: Any = None, high: Any = None) -> str:
-    if _missing(ratio):
+    if is_missing(ratio):
         return ""
-    if _missing(low) or _missing(high):
+    if is_missing(low) or is_missing(high):
         return f"x{ratio:.2f}"
     return f"x{ratio:.2f} [{low:.2f}, {high:.2f}]"
 
@@ -71,7 +64,7 @@ def utc_text(stamp: Optional[str]) -> str:
 def verdict_class(verdict: str) -> str:
     if verdict == "kept":
         return "good"
-    if verdict in ("slower", "accuracy rejected") or verdict in FAILED:
+    if verdict in ("slower", "accuracy rejected") or verdict in FAILED_VERDICTS:
         return "bad"
     if verdict == "baseline":
         return "base"
@@ -84,7 +77,7 @@ def display_label(trial: SweepTrial) -> str:
 
 # -- tables ----------------------------------------------------------------------------------------------------------
 def table(df: pd.DataFrame, metric: str) -> dict:
-    """A ``perftune.tables`` DataFrame as header + formatted rows (empty columns are left out)."""
+    """A ``perftune.report.tables`` DataFrame as header + formatted rows (empty columns are left out)."""
     columns = [("configuration", "configuration"), ("verdict", "verdict"), ("samples/s", "samples_per_s"),
                ("speed-up [95% CI]", "speedup"), ("step (ms)", "step_ms"), (metric, metric),
                (f"{metric} change", "change"), ("verdict reason", "reason")]
@@ -123,7 +116,7 @@ def _counts(folder: SweepFolder) -> dict:
         "run": len(folder.trials),
         "kept": sum(v == "kept" for v in verdicts),
         "rejected": sum(v in REJECTED for v in verdicts),
-        "failed": sum(v in FAILED for v in verdicts),
+        "failed": sum(v in FAILED_VERDICTS for v in verdicts),
         "baseline_runs": sum(t.kind == "baseline" for t in folder.trials),
         "leave_one_out": sum(t.kind == "leave_one_out" for t in folder.trials),
         "reused": sum(t.reused for t in folder.trials),
@@ -158,7 +151,7 @@ def _summary(folder: SweepFolder, metric: str) -> dict:
                                               "narrow it)")
         else:
             aa_class, aa_note = "good", "the baseline measured again agrees with itself within the noise"
-    tolerance = (res.plan.get("accuracy") or {}).get("rel_tolerance")
+    tolerance = res.plan.accuracy.rel_tolerance
     return {
         "best_label": res.best_label or "none (the baseline failed)",
         "best_is_baseline": res.best_label == "baseline",
@@ -166,12 +159,12 @@ def _summary(folder: SweepFolder, metric: str) -> dict:
         "speedup_ratio": f"x{b.ratio:.2f}" if b else None,
         "accuracy": acc,
         "tolerance": f"{tolerance:.0%}" if tolerance is not None else None,
-        "lr_rule": LR_RULES[(res.plan.get("accuracy") or {}).get("lr_scaling", "none")],
+        "lr_rule": LR_RULES[res.plan.accuracy.lr_scaling],
         "counts": _counts(folder),
         "wall": duration(res.wall_s),
         "started": utc_text(res.started_utc), "finished": utc_text(res.finished_utc), "status": res.status,
         "machine": f"{env.cpu_model}, {env.cpu_count} cores" if env else "unknown",
-        "device": env.device if env else res.plan.get("device"),
+        "device": env.device if env else res.plan.device,
         "host": env.host if env else None,
         "mindspore": env.mindspore_version if env else "unknown",
         "python": env.python_version if env else None,
@@ -224,7 +217,7 @@ def _failed(folder: SweepFolder) -> list[dict]:
     out = []
     for t in folder.trials:
         r = t.result
-        if t.verdict in FAILED or r.status != "ok":
+        if t.verdict in FAILED_VERDICTS or r.status != "ok":
             tail = "\n".join((r.log_tail or "").splitlines()[-LOG_TAIL_LINES:])
             out.append({"label": display_label(t), "trial_id": t.trial_id, "status": r.status,
                         "reason": t.reason or r.reason or "", "log_tail": tail})
@@ -265,19 +258,18 @@ LR_RULES = {
 
 def _reproduce(folder: SweepFolder) -> dict:
     res = folder.result
-    plan_yaml = yaml.safe_dump(res.plan, sort_keys=False, allow_unicode=True, default_flow_style=False)
-    name = res.plan.get("name") or "plan"
-    plan_file = res.plan_path or f"{name}.yaml"
-    # only a real ``perftune sweep`` command line (a sweep started from Python records something else)
-    recorded = res.command if res.command.split()[:2] == ["perftune", "sweep"] else None
+    plan_yaml = yaml.safe_dump(res.plan.model_dump(mode="json"), sort_keys=False, allow_unicode=True,
+                               default_flow_style=False)
+    plan_file = res.plan_path or f"{res.plan.name}.yaml"
+    recorded = res.command or None  # the command line of a ``perftune sweep``; empty for a sweep started from Python
     return {"plan_yaml": plan_yaml, "recorded": recorded, "plan_file": Path(plan_file).name,
             "command": shlex.join(["perftune", "sweep", Path(plan_file).name, "--out", str(folder.out_dir), "--fresh"])}
 
 
 def build_context(folder: SweepFolder) -> dict:
     res = folder.result
-    metric = (res.plan.get("accuracy") or {}).get("metric", "val_loss")
-    tolerance = (res.plan.get("accuracy") or {}).get("rel_tolerance")
+    metric = res.plan.accuracy.metric
+    tolerance = res.plan.accuracy.rel_tolerance
     ablation, singles, loo = ablation_table(res), singles_table(res), loo_table(res)
     frame = _per_trial_frame(folder, singles, ablation, loo)
     trials = _trial_rows(folder, frame)
@@ -296,8 +288,8 @@ def build_context(folder: SweepFolder) -> dict:
         "memory": figures.memory_figure(measured),
     }
     return {
-        "title": f"perftune: {res.plan.get('name')}",
-        "plan": {"name": res.plan.get("name"), "workload": res.plan.get("workload"), "device": res.plan.get("device")},
+        "title": f"perftune: {res.plan.name}",
+        "plan": {"name": res.plan.name, "workload": res.plan.workload, "device": res.plan.device},
         "metric": metric,
         "summary": _summary(folder, metric),
         "ablation": table(ablation, metric), "singles": table(singles, metric), "loo": table(loo, metric),

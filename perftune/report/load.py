@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Optional
 
 from perftune.errors import UserError
-from perftune.records import SweepResult, SweepTrial, TrialResult
-from perftune.results import read_sweep, read_trial
+from perftune.io.files import TRIAL_NAME, TRIALS_DIR, read_sweep, read_trial
+from perftune.io.records import TrialResult
+from perftune.io.sweep_records import SweepResult, SweepTrial
 
 
 @dataclass
@@ -32,7 +33,7 @@ class SweepFolder:
         """``trials/<id>/trial.json`` (with per-step rows), or None when it is missing or unreadable."""
         if trial_id not in self._full:
             try:
-                self._full[trial_id] = read_trial(self.out_dir / "trials" / trial_id / "trial.json")
+                self._full[trial_id] = read_trial(self.out_dir / TRIALS_DIR / trial_id / TRIAL_NAME)
             except UserError:
                 self._full[trial_id] = None
         return self._full[trial_id]
@@ -54,7 +55,7 @@ class SweepFolder:
         profile = trial.result.profile
         if profile is None or not profile.trace_file:
             return None
-        return f"trials/{trial.trial_id}/{profile.trace_file}"
+        return f"{TRIALS_DIR}/{trial.trial_id}/{profile.trace_file}"
 
 
 def load_folder(out_dir: Path) -> SweepFolder:

@@ -7,17 +7,16 @@ timing (time spent waiting for the next batch vs the median step), which can onl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from perftune.records import TrialResult
 
-DATA_SHARE = 0.25  # waiting for data at least this share of the step: the input pipeline is the bottleneck
-COMM_SHARE = 0.20  # communication share that makes the parallel strategy worth a look
+from perftune.io.records import COMMUNICATION_FLAG_SHARE, DATA_BOUND_SHARE, TrialResult
+
 COMPUTE_SHARE = 0.50  # forward + backward
 OPTIMIZER_SHARE = 0.25
 OTHER_SHARE = 0.50  # not explained by profiled ops or data waiting: framework / host overhead
 
 
 @dataclass(frozen=True)
-class Note:
+class Bottleneck:
     kind: str  # "data", "communication", "compute", "optimizer", "overhead", "balanced", "unknown"
     text: str
     source: str  # "profile", "burst timing" or "none"
@@ -31,41 +30,41 @@ def _compute_advice(knobs: dict) -> str:
     return "try " + " / ".join(tries)
 
 
-def bottleneck_note(result: TrialResult) -> Note:
+def bottleneck_note(result: TrialResult) -> Bottleneck:
     """The dominant phase of ``result``'s step and what to try for it."""
     if result.status != "ok":
-        return Note("unknown", f"no measurement ({result.status})", "none")
+        return Bottleneck("unknown", f"no measurement ({result.status})", "none")
     knobs = result.knobs or {}
     splits = result.profile.splits if result.profile else None
     if splits is None or not splits.step_ms:
         if result.step_ms_median and result.data_wait_ms_median is not None:
             share = result.data_wait_ms_median / result.step_ms_median
-            if share >= DATA_SHARE:
-                return Note("data", f"waiting for data is {share:.0%} of the step (burst timing, no profile): try "
+            if share >= DATA_BOUND_SHARE:
+                return Bottleneck("data", f"waiting for data is {share:.0%} of the step (burst timing, no profile): try "
                                     "num_parallel_workers / prefetch_size / dataset_format=mindrecord", "burst timing")
-            return Note("unknown", f"waiting for data is only {share:.0%} of the step (burst timing); profile it "
+            return Bottleneck("unknown", f"waiting for data is only {share:.0%} of the step (burst timing); profile it "
                                    "(burst.profile_steps > 0) to split the rest", "burst timing")
-        return Note("unknown", "no profile and no step timing", "none")
+        return Bottleneck("unknown", "no profile and no step timing", "none")
     shares = splits.shares
     compute = shares["forward"] + shares["backward"]
-    if shares["data"] >= DATA_SHARE:
-        return Note("data", f"data loading is {shares['data']:.0%} of the step: try num_parallel_workers / "
+    if shares["data"] >= DATA_BOUND_SHARE:
+        return Bottleneck("data", f"data loading is {shares['data']:.0%} of the step: try num_parallel_workers / "
                             "prefetch_size / dataset_format=mindrecord", "profile")
-    if shares["communication"] >= COMM_SHARE:
-        return Note("communication", f"communication is {shares['communication']:.0%} of the step: revisit the "
+    if shares["communication"] >= COMMUNICATION_FLAG_SHARE:
+        return Bottleneck("communication", f"communication is {shares['communication']:.0%} of the step: revisit the "
                                      "parallel strategy (data vs model parallel, gradient fusion, fewer all-reduces "
                                      "via grad_accum_steps)", "profile")
     if compute >= COMPUTE_SHARE:
-        return Note("compute", f"forward + backward are {compute:.0%} of the step (compute-bound): "
+        return Bottleneck("compute", f"forward + backward are {compute:.0%} of the step (compute-bound): "
                                f"{_compute_advice(knobs)}", "profile")
     if shares["optimizer"] >= OPTIMIZER_SHARE:
-        return Note("optimizer", f"the optimizer is {shares['optimizer']:.0%} of the step: try grad_accum_steps "
+        return Bottleneck("optimizer", f"the optimizer is {shares['optimizer']:.0%} of the step: try grad_accum_steps "
                                  "(fewer updates per sample) or a larger batch_size", "profile")
     if shares["other"] >= OTHER_SHARE:
         tries = ["mode=graph"] if knobs.get("mode") == "pynative" else []
         tries += ["dataset_sink_mode", "train_step", "kernel_threads / dispatch_threads"]
-        return Note("overhead", f"{shares['other']:.0%} of the step is outside profiled ops and data waiting "
+        return Bottleneck("overhead", f"{shares['other']:.0%} of the step is outside profiled ops and data waiting "
                                 f"(host / framework overhead): try {' / '.join(tries)}", "profile")
     top = max(("data", "forward", "backward", "optimizer", "communication"), key=lambda p: shares[p])
-    return Note("balanced", f"no single phase dominates (largest: {top} {shares[top]:.0%})", "profile")
+    return Bottleneck("balanced", f"no single phase dominates (largest: {top} {shares[top]:.0%})", "profile")
 

@@ -11,14 +11,14 @@ Scenarios:
   ascend_layout  written by hand from the documented Ascend columns (profiler-layouts.md): NOT real output
   tiny_gpt_<mode>_<form>[_recompute|_accum2]
                  the built-in tiny_gpt (d_model 128, 1 layer, seq 64, batch 16) with perftune's own training step
-                 (perftune.train_step.build_train_step, form cell or function) in GRAPH or PYNATIVE mode, plain,
+                 (perftune.burst.train_step.build_train_step, form cell or function) in GRAPH or PYNATIVE mode, plain,
                  with its recompute cells recomputed, or with 2 gradient-accumulation micro-batches: the fixtures
                  of tests/test_attribution.py (``all`` makes them too; ``tiny_gpt`` makes only them)
 
 Each training scenario runs in a fresh process (MindSpore's context is process-global), trains with the same
 TrainStep cell form as perftune's burst (the MLPs) or with perftune's own step (tiny_gpt), times every step the way
 a burst does (perf_counter around ``next(iterator)`` and around the step including ``loss.asnumpy()``), profiles a
-few steps with ``perftune.profiling.ProfilerSession`` and keeps only the files the parser reads.  The measured step
+few steps with ``perftune.profile.session.ProfilerSession`` and keeps only the files the parser reads.  The measured step
 times go to ``expected.json`` next to the profile, which the tests check the splits against.
 """
 
@@ -191,7 +191,7 @@ def build_tiny_gpt(args: argparse.Namespace):
     """tiny_gpt with perftune's own training step, recompute cells chosen the way perftune.burst does."""
     import mindspore.dataset as ds
 
-    from perftune.train_step import NetWithLoss, build_train_step
+    from perftune.burst.train_step import NetWithLoss, build_train_step
     from perftune.workloads import resolve
 
     workload = resolve("tiny_gpt")(dict(TINY_GPT_PARAMS), 0)
@@ -213,7 +213,7 @@ def build_tiny_gpt(args: argparse.Namespace):
 
 def timed_profile(args: argparse.Namespace, step, it, rank: int) -> None:
     """Time every step as a burst does, profile ``args.profiled_steps`` of them, write the timing file."""
-    from perftune.profiling import ProfilerSession
+    from perftune.profile.session import ProfilerSession
 
     def timed(k: int) -> tuple[list, list, list]:
         steps, waits, losses = [], [], []
@@ -368,7 +368,8 @@ def run_scenario(name: str) -> None:
 
 def write_readme(name: str) -> None:
     """README.md of a real fixture from its expected.json and the splits the parser gives now (no re-measuring)."""
-    from perftune.profiling import compute_splits, load_profile, top_ops
+    from perftune.profile.layouts import load_profile
+    from perftune.profile.splits import compute_splits, top_ops
 
     dest = HERE / name
     exp = json.loads((dest / "expected.json").read_text())
@@ -406,7 +407,7 @@ def write_readme(name: str) -> None:
     if cfg:
         params = ", ".join(f"{k} {v}" for k, v in cfg["workload_params"].items())
         what = (f"the built-in `{cfg['workload']}` ({params}), batch {cfg['batch_size']}, Adam, {exp['mode'].upper()} "
-                f"mode, perftune's own `{cfg['train_step']}` step (`perftune.train_step.build_train_step`, loss_scale "
+                f"mode, perftune's own `{cfg['train_step']}` step (`perftune.burst.train_step.build_train_step`, loss_scale "
                 f"{cfg['loss_scale']}, no gradient norm, as the burst's timed step), recompute "
                 f"{'on (the workload`s recompute cells, chosen as perftune.burst does)' if cfg['recompute'] else 'off'}, "
                 f"grad_accum_steps {cfg['grad_accum_steps']}, {cfg['kernel_threads']} CPU kernel thread (on 2 shared "
@@ -429,7 +430,7 @@ which ran {'msrun' if workers > 1 else 'a fresh process'}:
 Workload: {what}.
 
 Steps: 1 compile, {warmup} warm-up, {exp['ranks']['0']['unprofiled_steps'] // 2} unprofiled, {steps} profiled with
-`perftune.profiling.ProfilerSession`, {exp['ranks']['0']['unprofiled_steps'] // 2} unprofiled; each timed as a burst
+`perftune.profile.session.ProfilerSession`, {exp['ranks']['0']['unprofiled_steps'] // 2} unprofiled; each timed as a burst
 does (perf_counter around `next(iterator)` and around the step including `loss.asnumpy()`).
 
 `expected.json` holds what the generating process measured for the profiled steps (per rank under `ranks`; the

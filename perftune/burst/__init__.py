@@ -1,0 +1,7 @@
+"""The child side of a trial: one measured training burst in its own process.
+
+Started by module name (``python -m perftune.burst TRIAL_DIR``, see ``main.py``), never imported by the launcher.
+``context`` applies the process-wide knobs and reads back what MindSpore made of them, ``phases`` runs the
+accuracy, warm-up, timed and profiled steps, ``train_step`` and ``data`` build the step and the input pipeline,
+``collectives`` holds the distributed parts, ``failures`` turns an exception into a status.
+"""

@@ -1,0 +1,81 @@
+"""The burst process: ``python -m perftune.burst TRIAL_DIR`` reads ``TRIAL_DIR/spec.json`` and writes
+``TRIAL_DIR/trial.json`` (atomically) whatever happens.  Under msrun the same command is msrun's scheduler
+(``MS_ROLE=MS_SCHED``) or one rank (``MS_ROLE=MS_WORKER``, writing ``rank_<r>/trial.json``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from perftune.burst.failures import classify_failure, first_logged_error
+from perftune.burst.phases import Burst
+from perftune.io.files import LOG_NAME, TRIAL_NAME, rank_dir_name, rank_log_name, read_spec
+from perftune.io.records import TrialSpec
+from perftune.io.store import write_json_atomic
+from perftune.runner.process import die_with_parent
+
+
+def run_scheduler(spec: TrialSpec) -> None:
+    """msrun's scheduler process runs this module too (MS_ROLE=MS_SCHED): it serves the cluster inside init().
+
+    Where several msrun launches share one host as separate "nodes" (the loopback test), every launch thinks it is
+    the master; the launcher sets PERFTUNE_SCHEDULER=0 on all but node 0, and those schedulers leave at once.
+    """
+    if os.environ.get("PERFTUNE_SCHEDULER", "1") == "0":
+        os._exit(0)
+    import mindspore as ms
+    from mindspore.communication import init
+
+    try:
+        ms.set_device(spec.device)
+        init()
+    except BaseException:  # noqa: BLE001
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(4)
+    os._exit(0)
+
+
+def main(argv: list[str]) -> int:
+    trial_dir = Path(argv[0])
+    role = os.environ.get("MS_ROLE")  # set by msrun: MS_SCHED (its scheduler) or MS_WORKER (one rank)
+    if role:
+        # msrun starts each rank in a session of its own, out of reach of the launcher's process group: die with
+        # msrun (PR_SET_PDEATHSIG), and leave now if msrun is already gone
+        die_with_parent()
+        if os.getppid() == 1:
+            os._exit(5)
+    spec = read_spec(trial_dir)
+    if role == "MS_SCHED":
+        run_scheduler(spec)
+    out_dir, log_path = trial_dir, trial_dir / LOG_NAME
+    if role == "MS_WORKER":  # each rank writes rank_<r>/trial.json (+ rank_<r>/profile); msrun logs worker_<r>.log
+        rank = os.environ.get("RANK_ID", f"unknown_{os.getpid()}")
+        out_dir = trial_dir / rank_dir_name(rank)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        log_path = trial_dir / rank_log_name(rank)
+    burst = Burst(spec, out_dir)
+    try:
+        result = burst.run()
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a recorded trial
+        traceback.print_exc()
+        sys.stderr.flush()
+        status, reason = classify_failure(exc, spec)
+        cause = first_logged_error(log_path, reason)
+        if cause and len(reason) < 200:
+            reason = f"{reason} (first error in the log: {cause})"
+        result = burst.result
+        result.status = status
+        result.reason = reason
+        try:
+            burst.memory()
+        except Exception:  # noqa: BLE001
+            pass
+    write_json_atomic(out_dir / TRIAL_NAME, result.model_dump(mode="json"))
+    print(json.dumps({"status": result.status, "trial_id": spec.trial_id}))
+    sys.stdout.flush()
+    # MindSpore's exit handlers can hang or crash after a failure; the result is on disk, leave now.
+    os._exit(0 if result.status == "ok" else 3)

@@ -1,0 +1,47 @@
+"""What one trial runs (``TrialSpec``) and its id: the hash of everything that changes the measurement."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+from perftune import knobs
+from perftune.engine.plan import accuracy_samples, lr_scale as plan_lr_scale
+from perftune.io.plan import Plan
+from perftune.io.records import TrialSpec
+
+#: part of every trial id.  Bumped when what a trial measures changes (so older trials are not reused), not when
+#: the trial.json format does: the schema upgrades in ``perftune.io.schema`` keep older files reusable.
+TRIAL_ID_VERSION = 1
+
+
+def trial_id(fields: dict[str, Any]) -> str:
+    canonical = json.dumps({**fields, "trial_schema": TRIAL_ID_VERSION}, sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def make_spec(plan: Plan, knob_values: dict[str, Any], label: str, replicate: int = 0,
+              cache_dir: Optional[Path] = None) -> TrialSpec:
+    """The spec of one trial of ``plan``: its knob values overlay the plan's baseline."""
+    effective = knobs.effective({**plan.baseline, **knob_values})
+    fields = {
+        "workload": plan.workload,
+        "workload_params": plan.workload_params,
+        "device": plan.device,
+        "seed": plan.seed,
+        "knobs": effective,
+        "burst": plan.burst.model_dump(),
+        "accuracy_samples": accuracy_samples(plan),
+        "replicate": replicate,
+    }
+    lr_scale = plan_lr_scale(plan, effective["batch_size"])
+    hashed = dict(fields)
+    if lr_scale != 1.0:  # only then, so that trial ids (and resumes) of plans without the rule stay as they were
+        hashed["lr_scale"] = lr_scale
+    dist = plan.distributed
+    if dist is not None and dist.nodes > 1:  # where the ranks run changes the measurement; node_rank/port do not
+        hashed["nodes"] = dist.nodes
+    return TrialSpec(trial_id=trial_id(hashed), label=label, lr_scale=lr_scale, cache_dir=str(cache_dir) if cache_dir else None,
+                     distributed=dist, **fields)

@@ -1,0 +1,80 @@
+"""The plan's typed records (``plan.yaml`` as validated): also embedded in every ``spec.json`` / ``trial.json``
+(``burst``, ``distributed``) and in ``results.json`` (``plan``).  Loading and the cross-field checks with their
+one-line messages are ``perftune.engine.plan``'s job; these models only hold the values and their ranges.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: accuracy metrics a gate (and ``perftune compare``) can judge; lower is better for each
+ACCURACY_METRICS = ("val_loss", "train_loss", "perplexity")
+AccuracyMetric = Literal["val_loss", "train_loss", "perplexity"]
+
+
+class PlanRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BurstSettings(PlanRecord):
+    warmup_steps: int = Field(3, ge=0)
+    steps: int = Field(30, ge=1)
+    repeats: int = Field(3, ge=1)
+    profile_steps: int = Field(5, ge=0)
+    timeout_s: float = Field(300, gt=0)
+
+
+class AccuracyGate(PlanRecord):
+    metric: AccuracyMetric = "val_loss"
+    rel_tolerance: float = Field(0.05, ge=0)
+    #: per-metric tolerances, overriding rel_tolerance for that metric
+    tolerances: dict[Literal[AccuracyMetric, "repetition_rate"], float] = Field(
+        default_factory=dict
+    )
+    #: samples every trial has seen when accuracy is measured; default: baseline batch_size x steps (one window)
+    samples: Optional[int] = Field(None, ge=1)
+    #: a trial whose largest gradient norm exceeds this factor times the baseline's is rejected
+    grad_norm_factor: float = Field(10.0, gt=1)
+    #: the learning-rate rule that goes with a batch-size change (linear: lr x b/b0; sqrt: lr x sqrt(b/b0)), so a
+    #: larger batch is not judged with the small batch's rate; none keeps the workload's rate
+    lr_scaling: Literal["none", "linear", "sqrt"] = "none"
+
+
+class DecisionRule(PlanRecord):
+    min_gain: float = Field(0.03, ge=0)
+    confidence: float = Field(0.95, gt=0.5, lt=1)
+    #: the baseline is measured this many times, in separate processes spread through the sweep
+    baseline_runs: int = Field(3, ge=1, le=20)
+    #: also try the not-significant changes on top of the stack (the bottleneck may have moved)
+    retry_on_stack: bool = True
+
+
+class DistributedSettings(PlanRecord):
+    """Where the ranks of a ``workers >= 2`` trial run: ``nodes`` machines, ``workers / nodes`` ranks on each.
+
+    Every machine runs the same plan; only ``node_rank`` differs (or set ``PERFTUNE_NODE_RANK`` in the
+    environment of the second machine's sweep).  The master (node 0) runs msrun's scheduler on
+    ``master_addr:master_port``; on one node the port is chosen free per trial when not given.
+    """
+
+    nodes: int = Field(1, ge=1, le=1024)
+    node_rank: int = Field(0, ge=0)
+    master_addr: str = Field("127.0.0.1", min_length=1, max_length=255)
+    master_port: Optional[int] = Field(None, ge=1024, le=65535)
+
+
+class Plan(PlanRecord):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=80)
+    workload: str
+    workload_params: dict[str, Any] = Field(default_factory=dict)
+    device: Literal["CPU", "GPU", "Ascend"] = "CPU"
+    seed: int = 0
+    burst: BurstSettings = Field(default_factory=BurstSettings)
+    baseline: dict[str, Any] = Field(default_factory=dict)
+    variables: dict[str, list[Any]] = Field(default_factory=dict)
+    accuracy: AccuracyGate = Field(default_factory=AccuracyGate)
+    decision: DecisionRule = Field(default_factory=DecisionRule)
+    output_dir: Optional[str] = None
+    distributed: Optional[DistributedSettings] = None

@@ -1,0 +1,310 @@
+"""Typed records that flow between perftune's stages.
+
+Each stage reads only the record before it: a burst writes a ``TrialResult`` (``trial.json``), the profiler
+parser turns a profile folder into ``Splits`` and ``TopOp`` rows, the sweep engine collects trials and decisions
+into a ``SweepResult`` (``results.json``), and the report and ``compare`` read that back.  Units are in every
+field name (``_ms``, ``_bytes``, ``_per_s``) because unlabelled numbers are the first thing users of such tools
+complain about.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from perftune.io.plan import BurstSettings, DistributedSettings
+
+#: Bumped whenever a field changes meaning or disappears; ``perftune.io.schema`` upgrades older files step by step
+#: and refuses newer ones.  Version 2: ``notes`` are ``Note`` records instead of strings.
+TRIAL_SCHEMA_VERSION = 2
+RESULTS_SCHEMA_VERSION = 2
+
+TrialStatus = Literal["ok", "failed", "timeout", "oom", "unsupported"]
+PHASES = ("data", "forward", "backward", "optimizer", "communication", "other")
+#: communication above this share of the step: a distributed trial is flagged (ProfileSummary) and the report's
+#: bottleneck note points at the parallel strategy
+COMMUNICATION_FLAG_SHARE = 0.20
+#: waiting for data at least this share of the step: the input pipeline is the bottleneck (the sweep then tries the
+#: data knobs first; the report's bottleneck note says so)
+DATA_BOUND_SHARE = 0.25
+
+
+class Record(BaseModel):
+    """Base: unknown fields are errors, so a typo in a writer shows up in tests, not in a report."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+NoteKind = Literal["no_effect", "warning", "info"]
+
+
+class Note(Record):
+    """A remark on a trial.  Decisions read ``kind`` and ``knob`` (never the wording); people read ``text``.
+
+    ``no_effect``: ``knob`` was accepted but changes nothing here (the sweep's "no effect" verdict); ``warning``:
+    part of the measurement is missing or suspect; ``info``: how a figure was made.
+    """
+
+    kind: NoteKind
+    knob: Optional[str] = None
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class StepRecord(Record):
+    """One training step as the burst saw it."""
+
+    phase: Literal["accuracy", "warmup", "timed", "profiled"]
+    window: Optional[int] = None  # timed windows are numbered from 0
+    step_ms: float
+    data_wait_ms: float  # time spent in next(iterator): the step waiting for its batch
+    loss: Optional[float] = None
+    grad_norm: Optional[float] = None
+    learning_rate: Optional[float] = None
+    samples_seen: int = 0
+
+
+class WindowStats(Record):
+    """One timed window: ``steps`` consecutive unprofiled steps."""
+
+    steps: int
+    total_ms: float
+    median_step_ms: float
+    samples_per_s: float
+    #: the contention guard (perftune/contention.py): others' share of all cores during the window, steal time, the
+    #: 1-minute load average at its end, and whether others used more than CONTENDED_SHARE of the machine
+    others_cpu_share: Optional[float] = None
+    steal_share: Optional[float] = None
+    load_avg_1m: Optional[float] = None
+    contended: bool = False
+
+
+class Splits(Record):
+    """Mean time per step by phase; the six phases add up to ``step_ms`` by construction (``other`` is the rest)."""
+
+    step_ms: float
+    data_ms: float
+    forward_ms: float
+    backward_ms: float
+    optimizer_ms: float
+    communication_ms: float
+    other_ms: float
+    #: share of the measured step that profiled ops and data waiting explain (1 - other/step, clipped to [0, 1])
+    explained_share: float
+    #: where the step time came from: profiled steps timed by the burst, or the profiler's own step markers
+    step_source: str = "burst"
+    #: the part of backward_ms that re-runs forward ops (recompute), where the profile's launches could be placed by
+    #: time (None where not: the Ascend layout, or launches that do not split into steps)
+    recompute_ms: Optional[float] = None
+    #: each phase's share of step_ms (filled from the ms fields; written to trial.json for readers of the file)
+    shares: dict[str, float] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _fill_shares(self) -> "Splits":
+        if not self.shares:
+            total = self.step_ms or 1.0
+            self.shares = {p: getattr(self, f"{p}_ms") / total for p in PHASES}
+        return self
+
+
+class TopOp(Record):
+    name: str
+    op_type: str
+    phase: str
+    count: int
+    total_ms: float
+    mean_ms: float
+    share: float  # of all profiled op time
+
+
+class ProfileSummary(Record):
+    """What the burst learnt from its profiled steps."""
+
+    profile_dir: Optional[str] = None  # relative to the trial folder
+    trace_file: Optional[str] = None  # Chrome trace (opens in Perfetto), relative to the trial folder
+    layout: Optional[str] = None
+    profiled_steps: int = 0
+    profiled_step_ms: Optional[float] = None  # mean step time with the profiler on
+    unprofiled_step_ms: Optional[float] = None  # median timed step without it
+    overhead_ratio: Optional[float] = None  # profiled / unprofiled
+    analyse_s: Optional[float] = None
+    splits: Optional[Splits] = None
+    top_ops: list[TopOp] = Field(default_factory=list)
+    peak_allocated_bytes: Optional[int] = None  # the allocator's peak (CPU: from profile_memory)
+    error: Optional[str] = None  # profiling failed but the burst's speed figures still stand
+    #: distributed bursts: mean over the ranks of communication_ms / step_ms, and whether it is above
+    #: COMMUNICATION_FLAG_SHARE (per-rank shares: TrialResult.ranks[i].communication_share)
+    communication_share: Optional[float] = None
+    communication_flag: bool = False
+
+
+class Accuracy(Record):
+    """Accuracy after a fixed number of samples seen, from the same initial weights and data order."""
+
+    samples_seen: int
+    updates: Optional[int] = None  # optimizer updates in the accuracy window (samples_seen / batch size)
+    lr_scale: float = 1.0  # the factor applied to the workload's learning rate (plan accuracy.lr_scaling)
+    train_loss: Optional[float] = None  # mean of the last few training losses before samples_seen
+    val_loss: Optional[float] = None
+    perplexity: Optional[float] = None  # exp(val_loss)
+    max_grad_norm: Optional[float] = None
+    final_grad_norm: Optional[float] = None
+    nonfinite: bool = False  # a NaN/Inf anywhere in losses or gradient norms
+    repetition_rate: Optional[float] = None  # share of repeated n-grams in a greedy sample (language models)
+    sample_text: Optional[str] = None
+    loss_curve: list[tuple[int, float]] = Field(default_factory=list)  # (samples seen, training loss)
+
+
+class Environment(Record):
+    perftune_version: str
+    mindspore_version: str
+    python_version: str
+    device: str
+    host: str
+    cpu_model: str
+    cpu_count: int
+    kernel_threads: Optional[int] = None
+    git_commit: Optional[str] = None
+    utc_time: str
+
+
+class Memory(Record):
+    host_rss_peak_bytes: Optional[int] = None
+    allocator_peak_bytes: Optional[int] = None  # from the profiler (CPU) or device API (GPU/Ascend)
+    device_peak_bytes: Optional[int] = None
+
+
+class RankSummary(Record):
+    """One rank of a distributed burst (``workers >= 2``), as every rank learnt it at the end of the burst.
+
+    The ranks exchange these with one collective after their profiled steps, so every node's ``trial.json`` holds
+    all ranks, including those of other machines.  ``samples_per_s`` is the *global* batch over this rank's own
+    time (median over its windows); the trial's throughput takes the slowest rank (see ``TrialResult``).
+    """
+
+    rank: int
+    host: Optional[str] = None
+    node_rank: Optional[int] = None
+    pid: Optional[int] = None
+    result_dir: Optional[str] = None  # this rank's folder (``rank_<r>``), relative to the trial folder
+    log_file: Optional[str] = None  # msrun's log of this rank, relative to the trial folder (on its own node)
+    status: TrialStatus = "ok"
+    samples_per_s: Optional[float] = None
+    step_ms_median: Optional[float] = None
+    step_ms_p10: Optional[float] = None
+    step_ms_p90: Optional[float] = None
+    data_wait_ms_median: Optional[float] = None
+    compile_ms: Optional[float] = None
+    windows: list[WindowStats] = Field(default_factory=list)
+    train_loss: Optional[float] = None  # this rank's part of the batch; the trial's train loss is the mean over ranks
+    nonfinite: bool = False
+    loss_curve: list[tuple[int, float]] = Field(default_factory=list)
+    #: this rank's profiled splits (they add up to this rank's step time) and its top ops
+    splits: Optional[Splits] = None
+    top_ops: list[TopOp] = Field(default_factory=list)
+    communication_share: Optional[float] = None  # splits.communication_ms / splits.step_ms
+    profile_error: Optional[str] = None
+    host_rss_peak_bytes: Optional[int] = None
+    allocator_peak_bytes: Optional[int] = None
+
+
+class TrialResult(Record):
+    """Everything one burst measured; written atomically as ``trial.json``."""
+
+    schema_version: int = TRIAL_SCHEMA_VERSION
+    trial_id: str
+    status: TrialStatus
+    reason: Optional[str] = None  # why it is not ok, in one line
+    log_tail: Optional[str] = None
+    workload: str
+    device: str
+    knobs: dict[str, Any]
+    burst: BurstSettings
+    notes: list[Note] = Field(default_factory=list)  # e.g. knobs accepted but without effect on this backend
+    #: knob -> what the burst read back from MindSpore after applying it (evidence that it took effect)
+    applied: dict[str, Any] = Field(default_factory=dict)
+    parameter_count: Optional[int] = None
+    samples_per_step: Optional[int] = None
+    tokens_per_sample: Optional[int] = None
+    compile_ms: Optional[float] = None  # first step: graph compile + one step
+    warmup_steps: int = 0
+    windows: list[WindowStats] = Field(default_factory=list)
+    samples_per_s: Optional[float] = None  # median over windows
+    tokens_per_s: Optional[float] = None
+    step_ms_median: Optional[float] = None
+    step_ms_p10: Optional[float] = None
+    step_ms_p90: Optional[float] = None
+    data_wait_ms_median: Optional[float] = None
+    contended_windows: int = 0  # timed windows measured while other processes competed for the cores
+    steps: list[StepRecord] = Field(default_factory=list)
+    accuracy: Optional[Accuracy] = None
+    memory: Memory = Field(default_factory=Memory)
+    profile: Optional[ProfileSummary] = None
+    environment: Optional[Environment] = None
+    wall_s: Optional[float] = None
+    flops_per_sample: Optional[float] = None
+    # -- distributed bursts (knob workers >= 2, perftune/runner/msrun.py); defaults describe a one-process burst.
+    # The trial's throughput is global: global batch (batch_size) x steps / the slowest rank's window time; its
+    # step_ms_* and data_wait_ms_median are the slowest rank's; profile.splits is the mean of the ranks' splits.
+    world_size: int = 1
+    ranks: list[RankSummary] = Field(default_factory=list)  # every rank, sorted by rank
+    straggler_rank: Optional[int] = None  # the rank with the slowest median timed step
+    rank_spread: Optional[float] = None  # (slowest - fastest) / fastest median timed step over the ranks
+
+
+class TrialSpec(Record):
+    """What a burst process is asked to run; its id hashes everything that changes the measurement."""
+
+    trial_id: str
+    label: str  # human name, e.g. "baseline" or "mode=graph"
+    workload: str
+    workload_params: dict[str, Any] = Field(default_factory=dict)
+    device: str = "CPU"
+    seed: int = 0
+    knobs: dict[str, Any]
+    burst: BurstSettings
+    accuracy_samples: int
+    cache_dir: Optional[str] = None  # where MindRecord files are written once and reused
+    replicate: int = 0  # >0 for repeated measurements of the same configuration (A/A, interleaved baselines)
+    #: the plan's ``distributed`` section (nodes, node_rank, master_addr, master_port); None: one node
+    distributed: Optional[DistributedSettings] = None
+    #: factor on the workload's learning rate (plan ``accuracy.lr_scaling`` with a batch-size change)
+    lr_scale: float = 1.0
+
+
+def failed_result(spec: TrialSpec, status: TrialStatus, reason: Optional[str], **fields: Any) -> TrialResult:
+    """The result of a trial that measured nothing: what was asked (from ``spec``), the status and why."""
+    return TrialResult(trial_id=spec.trial_id, status=status, reason=reason, workload=spec.workload,
+                       device=spec.device, knobs=spec.knobs, burst=spec.burst, **fields)
+
+
+def rank_summary(result: TrialResult, rank: int, result_dir: Optional[str], log_file: Optional[str],
+                 host: Optional[str] = None, node_rank: Optional[int] = None,
+                 pid: Optional[int] = None) -> RankSummary:
+    """One rank's ``RankSummary`` from its own ``TrialResult``."""
+    p = result.profile
+    splits = p.splits if p is not None else None
+    acc = result.accuracy
+    return RankSummary(
+        rank=rank, host=host, node_rank=node_rank, pid=pid, result_dir=result_dir, log_file=log_file,
+        status=result.status,
+        samples_per_s=result.samples_per_s,
+        step_ms_median=result.step_ms_median,
+        step_ms_p10=result.step_ms_p10,
+        step_ms_p90=result.step_ms_p90,
+        data_wait_ms_median=result.data_wait_ms_median,
+        compile_ms=result.compile_ms,
+        windows=list(result.windows),
+        train_loss=acc.train_loss if acc else None,
+        nonfinite=bool(acc.nonfinite) if acc else False,
+        loss_curve=list(acc.loss_curve) if acc else [],
+        splits=splits,
+        top_ops=list(p.top_ops) if p is not None else [],
+        communication_share=(splits.communication_ms / splits.step_ms) if splits and splits.step_ms else None,
+        profile_error=p.error if p is not None else None,
+        host_rss_peak_bytes=result.memory.host_rss_peak_bytes,
+        allocator_peak_bytes=result.memory.allocator_peak_bytes,
+    )

@@ -1,0 +1,77 @@
+"""Schema versions of ``trial.json`` and ``results.json`` and the steps that upgrade older files (asv's way).
+
+Each file carries an integer ``schema_version``.  A reader upgrades the raw JSON of an older file one step at a time
+(``upgrade_to_2``, then ``upgrade_to_3`` ...) before validating it, so results written by an older perftune still
+load; a file newer than this perftune is refused in one line.  A new version adds its step here and bumps
+``TRIAL_SCHEMA_VERSION`` / ``RESULTS_SCHEMA_VERSION`` in ``records.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+from perftune.errors import UserError
+from perftune.io.records import RESULTS_SCHEMA_VERSION, TRIAL_SCHEMA_VERSION
+
+_KNOB_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=")
+
+
+def note_from_text(text: str) -> dict[str, Any]:
+    """A version-1 note (a string) as a version-2 ``Note``: kind from its wording, knob from a leading ``name=``."""
+    m = _KNOB_PREFIX.match(text)
+    return {"kind": "no_effect" if "has no effect" in text else "info", "knob": m.group(1) if m else None,
+            "text": text}
+
+
+def _notes_to_records(trial: dict) -> None:
+    notes = trial.get("notes")
+    if isinstance(notes, list):
+        trial["notes"] = [note_from_text(n) if isinstance(n, str) else n for n in notes]
+
+
+def trial_upgrade_to_2(data: dict) -> dict:
+    """Version 1 -> 2: ``notes`` are ``{"kind", "knob", "text"}`` records instead of strings."""
+    _notes_to_records(data)
+    data["schema_version"] = 2
+    return data
+
+
+def results_upgrade_to_2(data: dict) -> dict:
+    """Version 1 -> 2: every trial's ``result.notes`` as in ``trial_upgrade_to_2``; ``command`` is empty for a sweep
+    started from Python (version 1 recorded a bare ``"perftune "``)."""
+    if isinstance(data.get("command"), str) and data["command"].strip() == "perftune":
+        data["command"] = ""
+    for trial in data.get("trials") or []:
+        if isinstance(trial, dict) and isinstance(trial.get("result"), dict):
+            trial_upgrade_to_2(trial["result"])
+    data["schema_version"] = 2
+    return data
+
+
+#: version N -> the step that turns a file of version N - 1 into version N
+TRIAL_UPGRADES: dict[int, Callable[[dict], dict]] = {2: trial_upgrade_to_2}
+RESULTS_UPGRADES: dict[int, Callable[[dict], dict]] = {2: results_upgrade_to_2}
+
+
+def _upgrade(data: dict, path: Path, what: str, current: int, steps: dict[int, Callable[[dict], dict]]) -> dict:
+    version = data.get("schema_version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise UserError(f"{path}: {what} schema version {version!r} is not a version perftune ever wrote")
+    if version > current:
+        raise UserError(f"{path}: {what} schema version {version} is newer than this perftune reads ({current}): "
+                        "upgrade perftune to read it")
+    for target in range(version + 1, current + 1):
+        data = steps[target](data)
+    return data
+
+
+def upgrade_trial(data: dict, path: Path) -> dict:
+    """The raw JSON of a ``trial.json`` (or a sweep's embedded trial) brought to ``TRIAL_SCHEMA_VERSION``."""
+    return _upgrade(data, path, "trial", TRIAL_SCHEMA_VERSION, TRIAL_UPGRADES)
+
+
+def upgrade_results(data: dict, path: Path) -> dict:
+    """The raw JSON of a ``results.json`` brought to ``RESULTS_SCHEMA_VERSION``."""
+    return _upgrade(data, path, "results", RESULTS_SCHEMA_VERSION, RESULTS_UPGRADES)

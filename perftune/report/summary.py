@@ -1,0 +1,84 @@
+"""Short human summaries printed at the end of a command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from perftune.io.files import RESULTS_NAME
+from perftune.io.records import TrialResult
+from perftune.io.sweep_records import SweepResult
+from perftune.report.format import mb
+from perftune.report.format import num as format_num
+
+
+def _num(value, fmt: str = ".1f") -> str:
+    return format_num(value, fmt, missing="n/a")
+
+
+def _share(value) -> str:
+    return "?" if value is None else f"{value:.0%}"
+
+
+def trial_summary(r: TrialResult, trial_dir: Path) -> str:
+    if r.status != "ok":
+        lines = [f"trial {r.trial_id}: {r.status.upper()}: {r.reason}"]
+        if r.log_tail:
+            lines += ["  last lines of the log:"] + ["    " + ln for ln in r.log_tail.splitlines()[-8:]]
+        lines.append(f"  folder: {trial_dir}")
+        return "\n".join(lines)
+    acc = r.accuracy
+    lines = [
+        f"trial {r.trial_id}: ok ({r.workload} on {r.device}, {r.parameter_count:,} parameters)",
+        f"  throughput   {r.samples_per_s:.1f} samples/s" + (f", {r.tokens_per_s:.0f} tokens/s" if r.tokens_per_s else ""),
+        f"  step time    median {r.step_ms_median:.2f} ms (p10 {r.step_ms_p10:.2f}, p90 {r.step_ms_p90:.2f}), "
+        f"waiting for data {r.data_wait_ms_median:.2f} ms",
+        f"  compile      {_num(r.compile_ms, '.0f')} ms (first step)",
+        f"  machine      others used {_share(max((w.others_cpu_share for w in r.windows if w.others_cpu_share is not None), default=None))} "
+        f"of the cores at most during a timed window; {r.contended_windows} of {len(r.windows)} windows contended",
+        f"  memory       host RSS peak {mb(r.memory.host_rss_peak_bytes)}, allocator peak "
+        f"{mb(r.memory.allocator_peak_bytes)}",
+    ]
+    if acc:
+        lines.append(f"  accuracy     after {acc.samples_seen} samples: val loss {_num(acc.val_loss, '.4f')}, "
+                     f"perplexity {_num(acc.perplexity, '.2f')}, train loss {_num(acc.train_loss, '.4f')}"
+                     + (f", repetition {acc.repetition_rate:.2f}" if acc.repetition_rate is not None else "")
+                     + (" NON-FINITE" if acc.nonfinite else ""))
+    p = r.profile
+    if p and p.splits:
+        s = p.splits
+        recompute = f" (of which recompute {s.recompute_ms:.2f})" if s.recompute_ms else ""
+        lines.append(f"  splits (ms)  data {s.data_ms:.2f}, forward {s.forward_ms:.2f}, backward {s.backward_ms:.2f}"
+                     f"{recompute}, optimizer {s.optimizer_ms:.2f}, communication {s.communication_ms:.2f}, "
+                     f"other {s.other_ms:.2f}")
+        if p.overhead_ratio:
+            lines.append(f"  profiler     overhead x{p.overhead_ratio:.2f}, analyse {_num(p.analyse_s, '.1f')} s")
+    elif p and p.error:
+        lines.append(f"  profile      failed: {p.error}")
+    for note in r.notes:
+        lines.append(f"  note         {note.text}")
+    lines.append(f"  folder: {trial_dir}")
+    return "\n".join(lines)
+
+
+def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) -> str:
+    lines = []
+    counts: dict[str, int] = {}
+    for t in result.trials:
+        counts[t.verdict] = counts.get(t.verdict, 0) + 1
+    reused = sum(1 for t in result.trials if t.reused)
+    lines.append(f"{len(result.trials)} trials ({', '.join(f'{n} {v}' for v, n in sorted(counts.items()))})"
+                 + (f", {reused} reused from an earlier run" if reused else "")
+                 + (f" in {result.wall_s:.0f} s" if result.wall_s else ""))
+    if result.aa_check:
+        a = result.aa_check
+        lines.append(f"A/A check: baseline run again x{a.ratio:.3f} [{a.ci_low:.3f}, {a.ci_high:.3f}]: {a.verdict}")
+    if result.best_label and result.best_vs_baseline:
+        b = result.best_vs_baseline
+        lines.append(f"best: {result.best_label}: {b.ratio:.2f}x baseline throughput "
+                     f"(95% CI {b.ci_low:.2f}-{b.ci_high:.2f})")
+    elif result.best_label:
+        lines.append(f"best: {result.best_label}")
+    lines.append(f"tables: {out_dir / 'ablation.md'}, {out_dir / 'ablation.csv'}; results: {out_dir / RESULTS_NAME}")
+    if report_path:
+        lines.append(f"report: {report_path}")
+    return "\n".join(lines)

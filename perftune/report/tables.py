@@ -1,0 +1,143 @@
+"""The cumulative ablation table and the one-at-a-time table, as DataFrames, CSV and Markdown.
+
+Columns carry their units.  The Markdown is meant to be pasted into a pull request as it is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+from perftune.io.records import PHASES
+from perftune.io.store import write_text_atomic
+from perftune.io.sweep_records import SweepResult, SweepTrial
+from perftune.report.format import num
+
+
+def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
+    row: dict = {"configuration": label}
+    if trial is None:
+        return row
+    r = trial.result
+    cmp_ = trial.vs_baseline
+    row.update({
+        "verdict": trial.verdict,
+        "samples_per_s": r.samples_per_s,
+        "speedup": cmp_.ratio if cmp_ else (1.0 if trial.kind == "baseline" else None),
+        "speedup_ci_low": cmp_.ci_low if cmp_ else None,
+        "speedup_ci_high": cmp_.ci_high if cmp_ else None,
+        "step_ms": r.step_ms_median,
+    })
+    splits = r.profile.splits if r.profile and r.profile.splits else None
+    for phase in PHASES:
+        row[f"{phase}_ms"] = getattr(splits, f"{phase}_ms") if splits else None
+    mem = r.memory
+    row["peak_mem_mb"] = (mem.allocator_peak_bytes or mem.device_peak_bytes or 0) / 2**20 or None
+    row["host_rss_mb"] = (mem.host_rss_peak_bytes or 0) / 2**20 or None
+    acc = r.accuracy
+    row[metric] = getattr(acc, metric) if acc else None
+    row[f"{metric}_change"] = trial.accuracy_changes.get(metric) if trial.kind != "baseline" else 0.0
+    row["reason"] = trial.reason
+    row["trial_id"] = trial.trial_id
+    return row
+
+
+def _by_id(result: SweepResult) -> dict[str, SweepTrial]:
+    """First appearance of each trial: a later row with the same id (leave-one-out) reuses a decided trial."""
+    out: dict[str, SweepTrial] = {}
+    for t in result.trials:
+        out.setdefault(t.trial_id, t)
+    return out
+
+
+def ablation_table(result: SweepResult) -> pd.DataFrame:
+    """Baseline, +A, +A+B, ...: one row per stack step (dropped steps included, marked)."""
+    metric = result.plan.accuracy.metric
+    trials = _by_id(result)
+    rows = []
+    for step in result.stack:
+        row = _trial_row(trials.get(step.trial_id), metric, step.label)
+        row["kept"] = step.kept
+        if step.label != "baseline":
+            row["verdict"] = "kept" if step.kept else "dropped"
+            row["reason"] = step.reason
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def singles_table(result: SweepResult) -> pd.DataFrame:
+    metric = result.plan.accuracy.metric
+    rows = [_trial_row(t, metric, t.label + (f" (run {t.replicate + 1})" if t.kind == "baseline" else ""))
+            for t in result.trials if t.kind in ("baseline", "single")]
+    return pd.DataFrame(rows)
+
+
+def loo_table(result: SweepResult) -> pd.DataFrame:
+    metric = result.plan.accuracy.metric
+    return pd.DataFrame([_trial_row(t, metric, t.label) for t in result.trials if t.kind == "leave_one_out"])
+
+
+def _fmt_speedup(row) -> str:
+    if row.get("speedup") is None or pd.isna(row.get("speedup")):
+        return ""
+    if row.get("speedup_ci_low") is None or pd.isna(row.get("speedup_ci_low")):
+        return f"{row['speedup']:.2f}x"
+    return f"{row['speedup']:.2f}x [{row['speedup_ci_low']:.2f}, {row['speedup_ci_high']:.2f}]"
+
+
+def to_markdown(df: pd.DataFrame, metric: str) -> str:
+    if df.empty:
+        return "_(none)_\n"
+    head = ["configuration", "verdict", "samples/s", "speedup [95% CI]", "step ms", "data / fwd / bwd / opt / comm / "
+            "other ms", "peak mem MB", metric, "change", "reason"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for _, row in df.iterrows():
+        splits = " / ".join(num(row.get(f"{p}_ms"), ".2f") or "-" for p in PHASES) \
+            if row.get("data_ms") is not None and not pd.isna(row.get("data_ms")) else ""
+        change = row.get(f"{metric}_change")
+        cells = [
+            str(row["configuration"]), str(row.get("verdict", "")), num(row.get("samples_per_s"), ".1f"),
+            _fmt_speedup(row), num(row.get("step_ms"), ".2f"), splits, num(row.get("peak_mem_mb"), ".1f"),
+            num(row.get(metric), ".4f"), num(change, "+.1%"),
+            str(row.get("reason", "") or "").replace("|", "\\|"),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def markdown_report(result: SweepResult) -> str:
+    metric = result.plan.accuracy.metric
+    parts = [f"## perftune: {result.plan.name} ({result.plan.workload} on {result.plan.device})",
+             ""]
+    if result.best_label and result.best_vs_baseline:
+        b = result.best_vs_baseline
+        parts.append(f"Best configuration: **{result.best_label}**, {b.ratio:.2f}x the baseline's throughput "
+                     f"(95% CI {b.ci_low:.2f}-{b.ci_high:.2f}).")
+        parts.append("")
+    if result.aa_check:
+        a = result.aa_check
+        parts.append(f"A/A check (baseline measured again later): x{a.ratio:.3f} [{a.ci_low:.3f}, {a.ci_high:.3f}]"
+                     f" -> {a.verdict}.")
+        parts.append("")
+    parts += ["### Cumulative ablation", "", to_markdown(ablation_table(result), metric),
+              "### One variable at a time", "", to_markdown(singles_table(result), metric)]
+    loo = loo_table(result)
+    if not loo.empty:
+        parts += ["### Leave one out (final stack minus one change)", "", to_markdown(loo, metric)]
+    if result.order_rule:
+        parts += [f"Order rule: {result.order_rule}.", ""]
+    return "\n".join(parts)
+
+
+def write_tables(result: SweepResult, out_dir: Path) -> dict[str, Path]:
+    out_dir = Path(out_dir)
+    ablation = ablation_table(result)
+    singles = singles_table(result)
+    paths = {"ablation_csv": out_dir / "ablation.csv", "singles_csv": out_dir / "singles.csv",
+             "ablation_md": out_dir / "ablation.md"}
+    write_text_atomic(paths["ablation_csv"], ablation.to_csv(index=False))
+    write_text_atomic(paths["singles_csv"], singles.to_csv(index=False))
+    write_text_atomic(paths["ablation_md"], markdown_report(result))
+    return paths

@@ -1,0 +1,59 @@
+"""One burst in one fresh process (``python -m perftune.burst TRIAL_DIR``); always comes back with a result.
+
+The child runs in its own process group, so a time-out or Ctrl-C ends it and every process it started (dataset
+workers).  Whatever the child does (raise, hang, get killed by the OOM killer) the parent writes a ``trial.json``
+with a status and the tail of the log, and never hangs on it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from perftune.errors import UserError
+from perftune.io.files import LOG_NAME, TRIAL_NAME, read_trial_if_present
+from perftune.io.records import TrialResult, TrialSpec, failed_result
+from perftune.io.store import write_json_atomic
+from perftune.runner.process import BURST_MODULE, burst_env, classify_exit, die_with_parent, kill_group, log_tail
+
+
+def run_local(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> TrialResult:
+    """Run one burst in a fresh process; the returned result is also in ``trial_dir/trial.json``."""
+    result_path = trial_dir / TRIAL_NAME
+    log_path = trial_dir / LOG_NAME
+    started = time.perf_counter()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", BURST_MODULE, str(trial_dir.resolve())],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=burst_env(), start_new_session=True, preexec_fn=die_with_parent, cwd=str(trial_dir.resolve()),
+        )
+        status: Optional[str] = None
+        reason: Optional[str] = None
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            status, reason = "timeout", f"the burst ran past timeout_s={timeout_s:g} s and was stopped"
+        except BaseException:  # Ctrl-C: stop the burst and its children, then let the caller handle it
+            kill_group(proc)
+            raise
+        else:
+            kill_group(proc)  # dataset worker processes may outlive the leader
+    wall_s = time.perf_counter() - started
+    try:
+        result = read_trial_if_present(result_path)
+    except UserError:  # the burst writes atomically: this is a burst that broke, recorded as such below
+        result = None
+    if status is None and result is None:
+        status, reason = classify_exit(proc.returncode, log_path)
+    if result is None or status == "timeout":
+        result = failed_result(spec, status or "failed", reason)
+    if result.status != "ok" and not result.log_tail:
+        result.log_tail = log_tail(log_path)
+    result.wall_s = wall_s
+    write_json_atomic(result_path, result.model_dump(mode="json"))
+    return result

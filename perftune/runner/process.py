@@ -1,0 +1,137 @@
+"""Process hygiene for bursts: their own process group, death with the sweep, a clean environment, log tails.
+
+Shared by the one-process launcher (``local.py``), the msrun launcher (``msrun.py``, which also needs the psutil
+helpers: msrun puts each rank in a session of its own) and the burst itself (which asks to die with msrun).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+KILL_GRACE_S = 3.0
+BURST_MODULE = "perftune.burst"  # started by name (python -m): the launchers never import the child's code
+
+
+def log_tail(path: Path, lines: int = 30, max_chars: int = 4000) -> str:
+    """The last non-empty ``lines`` of a log (read from its last 64 KiB), at most ``max_chars``."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 64 * 1024))
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    kept = [ln for ln in text.splitlines() if ln.strip()][-lines:]
+    return "\n".join(kept)[-max_chars:]
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the child's process group, then SIGKILL whatever is left after a grace period."""
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            # the leader is gone; make sure no straggler of its group survives it
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def die_with_parent() -> None:
+    """In the child: ask Linux to SIGKILL it when its parent dies (even by SIGKILL), so no burst is orphaned."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def burst_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("GLOG_v", "2")  # MindSpore: warnings and errors only
+    env["PYTHONUNBUFFERED"] = "1"
+    # msrun and dataset workers start `python` from PATH: make it this interpreter's environment
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    # the burst runs inside its trial folder (MindSpore drops rank_0/, kernel_meta/ ... into the cwd); keep the
+    # caller's folder importable for "package.module:function" workloads
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def classify_exit(returncode: int, log_path: Path) -> tuple[str, str]:
+    """(status, reason) of a burst that exited without writing its result."""
+    tail = log_tail(log_path, lines=50).lower()
+    if returncode in (-signal.SIGKILL, 137) or "out of memory" in tail or "memoryerror" in tail:
+        if "memory" in tail or returncode in (-signal.SIGKILL, 137):
+            return "oom", f"the burst was killed (exit {returncode}); most likely out of memory"
+    if returncode < 0:
+        return "failed", f"the burst died from signal {signal.Signals(-returncode).name}"
+    return "failed", f"the burst exited with code {returncode} without writing trial.json"
+
+
+def alive(p: psutil.Process) -> bool:
+    """Running and not a zombie."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def process_tree(pid: int) -> list[psutil.Process]:
+    """Every descendant of ``pid`` (none where it is gone)."""
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def kill_all(victims: set) -> None:
+    """SIGKILL each process's group (never our own) and then each process itself."""
+    own = os.getpgrp()
+    groups = set()
+    for p in victims:
+        try:
+            groups.add(os.getpgid(p.pid))
+        except OSError:
+            pass
+    for pgid in groups - {own}:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+    for p in victims:  # anything in our own group (never expected) or that escaped its group
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
+def processes_of(trial_dir: Path) -> list[psutil.Process]:
+    """Live processes of this trial: ``perftune.burst`` ranks/schedulers and msrun, named by the trial folder."""
+    target = str(Path(trial_dir).resolve())
+    me = psutil.Process()
+    skip = {me.pid} | {p.pid for p in me.parents()}
+    out = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = p.info.get("cmdline") or []
+        if p.pid in skip or target not in cmd:
+            continue
+        if any(a == BURST_MODULE or a.endswith("perftune/burst/__main__.py") for a in cmd) and alive(p):
+            out.append(p)
+    return out

@@ -1,0 +1,240 @@
+"""The layout's rules (README "Architecture"), checked with ``ast`` over the source tree, and the checker itself
+checked on a small package that breaks every rule."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_LINES = 400
+
+#: (importer package, imported package): imports that must not exist, at any level of a function
+FORBIDDEN = [
+    ("perftune.runner", "perftune.burst"),
+    ("perftune.engine", "perftune.runner"),
+    ("perftune.engine", "perftune.burst"),
+    ("perftune.report", "perftune.runner"),
+    ("perftune.report", "perftune.burst"),
+    ("perftune.compare", "perftune.runner"),
+    ("perftune.compare", "perftune.burst"),
+]
+#: a leaf package: what it may import of the project besides itself
+LEAVES = {"perftune.io": ("perftune.errors",)}
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module
+    target: str  # the imported module (a submodule where ``from package import name`` names one)
+    names: tuple[str, ...]  # names taken from it (``from x import a, b``)
+    line: int
+    top_level: bool  # executed when the module is imported (not inside a function)
+
+
+def modules(src: Path, package: str) -> dict[str, Path]:
+    """Dotted name -> file, for every ``.py`` under ``src/package``."""
+    out = {}
+    for path in sorted((src / package).rglob("*.py")):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _in_function(node: ast.AST, parents: dict) -> bool:
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return True
+    return False
+
+
+def imports(src: Path, package: str) -> list[Import]:
+    """Every import of ``package``'s own modules, by every module of it."""
+    known = modules(src, package)
+    out = []
+    for name, path in known.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        is_pkg = path.name == "__init__.py"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets = [(a.name, ()) for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: resolve against this module's package
+                    here = name.split(".") if is_pkg else name.split(".")[:-1]
+                    here = here[: len(here) - (node.level - 1)]
+                    base = ".".join(here + ([base] if base else []))
+                targets = []
+                for a in node.names:
+                    sub = f"{base}.{a.name}"
+                    targets.append((sub, ()) if sub in known else (base, (a.name,)))
+            else:
+                continue
+            for target, names in targets:
+                if target == package or target.startswith(package + "."):
+                    out.append(Import(name, target, names, node.lineno, not _in_function(node, parents)))
+    return out
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def unresolved_imports(found: list[Import], known: dict[str, Path]) -> list[str]:
+    """Imports of modules that do not exist in the tree (an editable install elsewhere could still satisfy them)."""
+    return [f"{i.module}:{i.line} imports {i.target}, which is not in the source tree" for i in found
+            if i.target not in known]
+
+
+def forbidden_imports(found: list[Import], rules=FORBIDDEN) -> list[str]:
+    return [f"{i.module}:{i.line} imports {i.target}" for i in found for a, b in rules
+            if _within(i.module, a) and _within(i.target, b)]
+
+
+def leaf_violations(found: list[Import], leaves=LEAVES) -> list[str]:
+    out = []
+    for leaf, allowed in leaves.items():
+        for i in found:
+            if _within(i.module, leaf) and not _within(i.target, leaf) and i.target not in allowed:
+                out.append(f"{i.module}:{i.line} imports {i.target} ({leaf} may import only {', '.join(allowed)})")
+    return out
+
+
+def private_imports(found: list[Import]) -> list[str]:
+    """``from other_module import _name`` (or a ``_module`` of another package): reaching into someone's internals."""
+    out = []
+    for i in found:
+        if i.target == i.module:
+            continue
+        private = [n for n in i.names if n.startswith("_") and not n.startswith("__")]
+        private += [p for p in i.target.split(".") if p.startswith("_") and not p.startswith("__")]
+        if private:
+            out.append(f"{i.module}:{i.line} imports {', '.join(private)} from {i.target}")
+    return out
+
+
+def cycles(found: list[Import]) -> list[list[str]]:
+    """Import cycles among module-level imports (importing ``a.b.c`` also runs ``a`` and ``a.b``)."""
+    graph: dict[str, set[str]] = {}
+    for i in found:
+        if not i.top_level:
+            continue
+        parts = i.target.split(".")
+        for k in range(2, len(parts) + 1):
+            target = ".".join(parts[:k])
+            if target != i.module and not _within(i.module, target):  # a module's own package is already running
+                graph.setdefault(i.module, set()).add(target)
+    out, state = [], {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = "active"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "active":
+                out.append(stack[stack.index(nxt):] + [nxt] if nxt in stack else [node, nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for start in sorted(graph):
+        if start not in state:
+            visit(start, [start])
+    return out
+
+
+def long_modules(src: Path, package: str, limit: int = MAX_LINES) -> list[str]:
+    out = []
+    for name, path in modules(src, package).items():
+        n = len(path.read_text(encoding="utf-8").splitlines())
+        if n > limit:
+            out.append(f"{name}: {n} lines")
+    return out
+
+
+# -- the project -----------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def found() -> list[Import]:
+    return imports(ROOT, "perftune")
+
+
+def test_the_checker_sees_the_project(found):
+    """A checker that finds nothing proves nothing: it must see the imports that are known to exist."""
+    assert len(modules(ROOT, "perftune")) > 40
+    assert any(i.module == "perftune.engine.sweep" and i.target == "perftune.io.sweep_records" for i in found)
+    assert any(i.module == "perftune.commands" and i.target == "perftune.runner" for i in found)
+
+
+def test_every_import_resolves_in_this_tree(found):
+    assert unresolved_imports(found, modules(ROOT, "perftune")) == []
+
+
+def test_no_forbidden_direction(found):
+    assert forbidden_imports(found) == []
+
+
+def test_io_is_a_leaf(found):
+    assert leaf_violations(found) == []
+
+
+def test_no_private_names_across_modules(found):
+    assert private_imports(found) == []
+
+
+def test_no_import_cycle(found):
+    assert cycles(found) == []
+
+
+def test_no_module_is_long():
+    assert long_modules(ROOT, "perftune") == []
+
+
+def test_every_folder_is_a_package():
+    """setuptools' package discovery skips a folder without ``__init__.py``: it would be missing from the wheel."""
+    folders = {p.parent for p in (ROOT / "perftune").rglob("*.py")}
+    assert [str(f) for f in sorted(folders) if not (f / "__init__.py").is_file()] == []
+
+
+def test_the_burst_is_started_by_name_only():
+    """The runner starts ``python -m perftune.burst`` and the module runs as a script."""
+    from perftune.runner.process import BURST_MODULE
+
+    assert BURST_MODULE == "perftune.burst"
+    assert (ROOT / "perftune" / "burst" / "__main__.py").is_file()
+
+
+# -- the checker on a package that breaks every rule --------------------------------------------------------------------
+def test_the_checker_catches_each_kind_of_violation(tmp_path):
+    pkg = tmp_path / "demo"
+    files = {
+        "__init__.py": "",
+        "errors.py": "",
+        "io/__init__.py": "",
+        "io/records.py": "from demo.errors import E\nfrom demo.engine import plan\n",  # leaf imports engine
+        "engine/__init__.py": "",
+        "engine/plan.py": "from demo.engine.sweep import run\n",  # cycle plan <-> sweep
+        "engine/sweep.py": "import demo.engine.plan\n\ndef f():\n    from demo.runner import go\n",  # forbidden
+        "runner/__init__.py": "from demo.runner.local import _private_helper\n",  # private name
+        "runner/local.py": "from . import process\n" + "x = 1\n" * 450,  # relative import; too long
+        "runner/process.py": "",
+        "report/__init__.py": "from demo.records import gone\n",  # a module that does not exist
+    }
+    for rel, text in files.items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text(text)
+    found = imports(tmp_path, "demo")
+    assert any(i.module == "demo.runner.local" and i.target == "demo.runner.process" for i in found)
+    assert forbidden_imports(found, [("demo.engine", "demo.runner")]) == ["demo.engine.sweep:4 imports demo.runner"]
+    assert leaf_violations(found, {"demo.io": ("demo.errors",)}) == [
+        "demo.io.records:2 imports demo.engine.plan (demo.io may import only demo.errors)"]
+    assert private_imports(found) == ["demo.runner:1 imports _private_helper from demo.runner.local"]
+    found_cycles = cycles(found)
+    assert any(set(c) == {"demo.engine.plan", "demo.engine.sweep"} for c in found_cycles), found_cycles
+    assert long_modules(tmp_path, "demo") == ["demo.runner.local: 451 lines"]
+    assert unresolved_imports(found, modules(tmp_path, "demo")) == [
+        "demo.report:1 imports demo.records, which is not in the source tree"]

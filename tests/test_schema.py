@@ -1,0 +1,115 @@
+"""Schema versions: results written by an older perftune load through the upgrade steps; newer files are refused in
+one line; a trial.json that cannot be read stops a resumed sweep with the file and what to do, instead of being
+measured again in silence.  No bursts run here: the resumed sweeps get a runner that fails the test if called."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from perftune.engine.sweep import Sweep
+from perftune.errors import UserError
+from perftune.io.files import read_sweep, read_trial
+from perftune.io.records import RESULTS_SCHEMA_VERSION, TRIAL_SCHEMA_VERSION, Note
+from perftune.io.schema import note_from_text
+
+from conftest import REPO
+
+V1 = REPO / "tests" / "data" / "results_v1"
+SINK_NOTE = "dataset_sink_mode=true has no effect on CPU: MindSpore accepts it and ignores it"
+
+
+def no_bursts(spec, trial_dir):
+    raise AssertionError(f"the resumed sweep ran trial {spec.trial_id} instead of reusing it")
+
+
+@pytest.fixture
+def v1_copy(tmp_path) -> Path:
+    out = tmp_path / "v1"
+    shutil.copytree(V1, out)
+    return out
+
+
+def test_the_fixture_is_version_1():
+    raw = json.loads((V1 / "results.json").read_text())
+    assert raw["schema_version"] == 1 and RESULTS_SCHEMA_VERSION == 2 and TRIAL_SCHEMA_VERSION == 2
+    assert any(SINK_NOTE in t["result"]["notes"] for t in raw["trials"])
+
+
+def test_version_1_results_load_through_the_upgrade():
+    sweep = read_sweep(V1)
+    assert sweep.schema_version == 2 and sweep.status == "complete"
+    assert sweep.plan.name == "v1-fixture" and sweep.plan.burst.steps == 25  # typed, not a dict
+    by_label = {t.label: t for t in sweep.trials}
+    sink = by_label["+dataset_sink_mode=true"]
+    assert sink.verdict == "no effect" and sink.reason == SINK_NOTE
+    assert sink.result.schema_version == 2
+    assert sink.result.notes == [Note(kind="no_effect", knob="dataset_sink_mode", text=SINK_NOTE)]
+    assert by_label["baseline"].result.notes == []
+    for t in sweep.trials:
+        full = read_trial(V1 / "trials" / t.trial_id)
+        assert full.schema_version == 2 and full.notes == t.result.notes and full.steps
+
+
+def test_version_1_results_feed_the_readers_downstream(v1_copy):
+    import perftune
+    from perftune.compare.run import run_compare
+    from perftune.report import write_report
+
+    frames = perftune.load_results(v1_copy)
+    assert set(frames.trials["verdict"]) == {"baseline", "no effect"}
+    report = run_compare(v1_copy, V1, metric="throughput")
+    assert report.exit_code == 0 and len(report.configurations) == 2
+    assert write_report(v1_copy).read_text().count("dataset_sink_mode") >= 1
+
+
+def test_a_resumed_version_1_sweep_reuses_its_trials(v1_copy):
+    """The trial ids do not depend on the file format: a sweep folder of version 1 resumes without re-running."""
+    plan = read_sweep(v1_copy).plan
+    result = Sweep(plan, v1_copy, no_bursts).run()
+    assert [t.reused for t in result.trials] == [True, True]
+    assert [t.verdict for t in result.trials] == ["baseline", "no effect"]
+    assert json.loads((v1_copy / "results.json").read_text())["schema_version"] == 2
+
+
+@pytest.mark.parametrize("damage, why", [
+    (lambda text: text[: len(text) // 2], "corrupted or truncated JSON"),
+    (lambda text: text.replace('"schema_version": 1', '"schema_version": 7', 1), "schema version 7 is newer"),
+    (lambda text: text.replace('"status": "ok"', '"status": "fine"', 1), "does not match its schema"),
+])
+def test_an_unreadable_trial_stops_the_resume_with_the_file_and_what_to_do(v1_copy, damage, why):
+    plan = read_sweep(v1_copy).plan
+    bad = next((v1_copy / "trials").iterdir()) / "trial.json"
+    bad.write_text(damage(bad.read_text()))
+    with pytest.raises(UserError) as err:
+        Sweep(plan, v1_copy, no_bursts).run()
+    message = str(err.value)
+    assert str(bad) in message and why in message
+    assert f"delete the folder {bad.parent}" in message and "--fresh" in message and "\n" not in message
+
+
+def test_files_newer_than_this_perftune_are_refused_in_one_line(v1_copy, tmp_path):
+    from click.testing import CliRunner
+
+    from perftune.cli import main
+
+    data = json.loads((v1_copy / "results.json").read_text())
+    data["schema_version"] = 3
+    (v1_copy / "results.json").write_text(json.dumps(data))
+    result = CliRunner().invoke(main, ["report", str(v1_copy)])
+    assert result.exit_code == 2
+    assert result.output.strip().count("\n") == 0
+    assert "results schema version 3 is newer than this perftune reads (2)" in result.output
+
+
+@pytest.mark.parametrize("text, kind, knob", [
+    (SINK_NOTE, "no_effect", "dataset_sink_mode"),
+    ("jit_level=O1 has no effect in pynative mode (nothing is compiled)", "no_effect", "jit_level"),
+    ("kernel_threads=4 sets CPU kernel threads only; no effect on GPU kernels", "info", "kernel_threads"),
+    ("2 of 4 ranks reported", "info", None),
+])
+def test_upgrade_to_2_infers_kind_and_knob_from_a_string_note(text, kind, knob):
+    assert note_from_text(text) == {"kind": kind, "knob": knob, "text": text}
