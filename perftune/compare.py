@@ -36,7 +36,7 @@ from perftune import stats
 from perftune.errors import UserError
 from perftune.records import PHASES, TrialResult
 from perftune.results import read_sweep, read_trial
-from perftune.store import write_text_atomic
+from perftune.store import finite, write_text_atomic
 
 COMPARE_JSON_VERSION = 1
 ACCURACY_METRICS = ("val_loss", "train_loss", "perplexity")
@@ -220,18 +220,7 @@ class CompareReport:
     summary: str
 
     def to_dict(self) -> dict:
-        return {"kind": "perftune-compare", "version": COMPARE_JSON_VERSION, **_finite(asdict(self))}
-
-
-def _finite(obj: Any) -> Any:
-    """JSON has no NaN/inf: write them as null."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
+        return {"kind": "perftune-compare", "version": COMPARE_JSON_VERSION, **finite(asdict(self))}
 
 
 # -- matching ----------------------------------------------------------------------------------------------------------
