@@ -71,10 +71,12 @@ def baseline_trial(sweep_dir: Path, replicate: int = 0) -> Path:
 
 # -- the real comparisons -------------------------------------------------------------------------------------------
 def test_same_configuration_twice_is_no_significant_change(compare_runs):
-    result = compare_cli(compare_runs["same_a"], compare_runs["same_b"])
+    # Same plan twice: any difference is the machine's load, which on a shared 2-core machine reaches tens of
+    # percent between processes; a 50% threshold keeps the test about the comparison's logic, not the load.
+    result = compare_cli(compare_runs["same_a"], compare_runs["same_b"], "--threshold", "50%")
     assert result.exit_code == 0, result.output
     assert "no significant change" in result.stdout
-    report = run_compare(compare_runs["same_a"], compare_runs["same_b"])
+    report = run_compare(compare_runs["same_a"], compare_runs["same_b"], threshold=0.5)
     (cc,) = report.configurations
     assert cc.label == "baseline" and (cc.old_runs, cc.new_runs) == (2, 2)
     assert cc.verdict == "no significant change" and not cc.regression

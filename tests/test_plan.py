@@ -176,3 +176,11 @@ def test_every_knob_default_is_allowed_and_documented():
     for knob in KNOBS.values():
         assert knob.check(knob.default) is None, knob.name
         assert knob.help and knob.group in ("data", "compute", "distributed")
+
+
+def test_lr_scaling_names_what_is_allowed(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("name: p\nworkload: mlp\naccuracy: {lr_scaling: cube}\n")
+    with pytest.raises(UserError) as err:
+        load_plan(path)
+    assert "accuracy.lr_scaling" in str(err.value) and "linear" in str(err.value) and "sqrt" in str(err.value)

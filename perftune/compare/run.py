@@ -27,7 +27,6 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from perftune.compare.load import Side, load_side
 from perftune.compare.match import (
@@ -51,6 +50,7 @@ from perftune.compare.metrics import (
 from perftune.engine import stats
 from perftune.errors import UserError
 from perftune.io.plan import ACCURACY_METRICS
+from perftune.io.store import finite
 
 COMPARE_JSON_VERSION = 1
 
@@ -93,18 +93,7 @@ class CompareReport:
     summary: str
 
     def to_dict(self) -> dict:
-        return {"kind": "perftune-compare", "version": COMPARE_JSON_VERSION, **_finite(asdict(self))}
-
-
-def _finite(obj: Any) -> Any:
-    """JSON has no NaN/inf: write them as null."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
+        return {"kind": "perftune-compare", "version": COMPARE_JSON_VERSION, **finite(asdict(self))}
 
 
 def side_summary(side: Side, groups: dict) -> SideSummary:
