@@ -260,3 +260,10 @@ def test_min_window_s_is_part_of_the_trial_id():
     # (plans without it keep their ids: tests/test_schema.py resumes a version-1 sweep without running a burst)
     plain, calibrated = plan_for(), plan_for(burst={"min_window_s": 1.0})
     assert make_spec(plain, {}, "b").trial_id != make_spec(calibrated, {}, "b").trial_id
+
+
+def test_an_unreadable_trial_file_is_recorded_with_why(tmp_path_factory):
+    result, folder = burst(tmp_path_factory, "newer", workload="tests.workloads_for_tests:newer_trial_file", params={})
+    assert result.status == "failed"
+    assert result.reason.startswith("the burst wrote a trial.json this perftune cannot read:"), result.reason
+    assert "99" in result.reason
