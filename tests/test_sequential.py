@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 
+from perftune.engine.accuracy import GateResult
 from perftune.engine.race import Race
 from perftune.engine.sequential import (
     Decision,
@@ -25,6 +26,8 @@ from perftune.engine.sequential import (
     per_look_alpha,
     runs_needed,
 )
+from perftune.engine.verdicts import record, verdict
+from perftune.io.sweep_records import ComparisonRecord
 
 
 class Machine:
@@ -167,3 +170,73 @@ def test_a_failed_candidate_leaves_the_race_and_others_go_on():
     decisions = Race(measure, [], Policy()).run(["bad", "ok"], "base")
     assert decisions["bad"] is None and isinstance(decisions["ok"], Decision)
     assert decisions["ok"].outcome == "faster"
+
+
+def test_a_failed_reference_process_does_not_end_the_race():
+    machine = Machine({"base": 0.0, "tiny": 0.01}, 0.03, seed=2)
+    calls = []
+
+    def measure(config):
+        calls.append(config)
+        return None if config == "base" and len(calls) == 3 else machine(config)  # the 2nd baseline process fails
+
+    decisions = Race(measure, [], Policy(max_runs=3)).run(["tiny"], "base")
+    assert calls.count("tiny") == 3 and decisions["tiny"].blocks == 3
+
+
+def test_settled_candidates_are_not_raced():
+    machine = Machine({"base": 0.0, "noop": 0.01, "open": 0.01}, 0.07, seed=1)
+    Race(machine, [], Policy(max_runs=4), settled=lambda c: c == "noop").run(["noop", "open"], "base")
+    assert machine.calls.count("noop") == 1 and machine.calls.count("open") == 4
+
+
+def test_describe_says_what_was_decided_and_what_would_resolve_an_open_comparison():
+    runs = [ProcessRun("base", (100.0,)), ProcessRun("c", (104.0,)), ProcessRun("base", (100.0,))]
+    d = decide(runs, "c", "base", Noise(var=0.09**2, df=20), Policy(max_runs=8))
+    text = describe(d, "baseline")
+    assert d.outcome == "open" and text.startswith("x1.040 [") and " vs baseline: undecided after 1 run: " in text
+    assert "noise 9.0% cannot resolve 4.0%" in text and "runs would: decision.max_runs" in text
+    assert decide(runs, "c", "base", Noise(var=0.001**2, df=20)).outcome == "faster"
+    # one look plans for one look: a narrower interval than the same data under a four-look boundary
+    wide, narrow = decide(runs, "c", "base", Noise(0.05**2, 20)), decide(runs, "c", "base", Noise(0.05**2, 20), looks=1)
+    assert narrow.ci_high - narrow.ci_low < wide.ci_high - wide.ci_low and narrow.level == pytest.approx(0.95, abs=1e-4)
+
+
+# -- the verdict's precedence (perftune.engine.verdicts): timing never outranks what the burst knows --------------------
+def comparison(outcome: str, ratio: float) -> ComparisonRecord:
+    return ComparisonRecord(reference="baseline", ratio=ratio, ci_low=ratio * 0.95, ci_high=ratio * 1.05,
+                            p_value=0.001, verdict=outcome, df=20, reason=f"x{ratio} {outcome}")
+
+
+def test_a_known_noop_is_no_effect_even_when_the_timing_says_faster():
+    fast = comparison("faster", 1.8)
+    assert verdict(fast, [], None, min_gain=0.03) == ("kept", fast.reason)
+    assert verdict(fast, ["dataset_sink_mode=true has no effect on CPU"], None, min_gain=0.03) == \
+        ("no effect", "dataset_sink_mode=true has no effect on CPU")
+
+
+def test_an_accuracy_failure_outranks_every_speed_verdict():
+    bad = GateResult(ok=False, reason="val_loss +25%")
+    for outcome, ratio in (("faster", 1.8), ("slower", 0.5), ("equivalent", 1.0), ("undecided", 1.01)):
+        name, reason = verdict(comparison(outcome, ratio), [], bad, min_gain=0.03)
+        assert name == "accuracy rejected" and "val_loss +25%" in reason, outcome
+    name, reason = verdict(comparison("faster", 1.0), ["no-op"], bad, min_gain=0.03)
+    assert name == "accuracy rejected" and "speed: no effect (no-op)" in reason
+
+
+def test_small_or_undiscovered_changes_are_not_significant():
+    assert verdict(comparison("faster", 1.02), [], None, min_gain=0.03)[0] == "not significant"
+    name, reason = verdict(comparison("slower", 0.8), [], None, min_gain=0.03, discovered=False,
+                           family="the 8 one-at-a-time comparisons")
+    assert name == "not significant" and "not a discovery across the 8 one-at-a-time comparisons" in reason
+    assert verdict(comparison("equivalent", 1.0), [], None, min_gain=0.03)[0] == "equivalent"
+    assert verdict(comparison("undecided", 1.0), [], None, min_gain=0.03)[0] == "undecided"
+    assert verdict(None, [], None, min_gain=0.03) == ("failed", "no throughput to compare")
+
+
+def test_record_of_an_informational_comparison_is_not_undecided():
+    runs = [ProcessRun("base", (100.0,)), ProcessRun("c", (101.0,)), ProcessRun("base", (100.0,))]
+    d = decide(runs, "c", "base", Noise(0.05**2, 20), looks=1)
+    assert record(d, "baseline").verdict == "undecided" and record(d, "baseline", final=False).verdict == \
+        "not significant"
+    assert record(d, "baseline").processes == 1 and record(d, "baseline").reference_processes == 2

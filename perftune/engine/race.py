@@ -49,8 +49,8 @@ class Race:
     def noise(self) -> Noise:
         return Noise.pooled(self.runs, self.policy.prior_sd, self.policy.prior_df)
 
-    def decide(self, candidate: Hashable, reference: Hashable) -> Optional[Decision]:
-        return decide(self.runs, candidate, reference, self.noise(), self.policy)
+    def decide(self, candidate: Hashable, reference: Hashable, noise: Optional[Noise] = None) -> Optional[Decision]:
+        return decide(self.runs, candidate, reference, noise or self.noise(), self.policy)
 
     def run(self, candidates: Sequence[Hashable], reference: Hashable) -> dict[Hashable, Optional[Decision]]:
         self.processes = {c: 0 for c in candidates}
@@ -67,8 +67,10 @@ class Race:
                 self._run(reference)
             if self.out_of_time():
                 break
-            decisions = {c: self.decide(c, reference) for c in pending if c not in stopped}
+            noise = self.noise()
+            decisions = {c: self.decide(c, reference, noise) for c in pending if c not in stopped}
             pending = [c for c, d in decisions.items()
                        if d is not None and d.outcome == "open" and self.processes[c] < self.policy.max_runs
                        and not self.settled(c)]
-        return {c: self.decide(c, reference) for c in candidates}
+        noise = self.noise()
+        return {c: self.decide(c, reference, noise) for c in candidates}

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from typing import Hashable, Literal, Optional, Sequence
 
 import numpy as np
 from scipy import stats as sps
+from scipy.special import stdtr
 
 Outcome = Literal["faster", "slower", "equivalent", "open"]
 
@@ -42,6 +44,7 @@ POCOCK_Z_95 = {1: 1.960, 2: 2.178, 3: 2.289, 4: 2.361, 5: 2.413, 6: 2.453, 7: 2.
                15: 2.626, 20: 2.672}
 
 
+@lru_cache(maxsize=256)
 def per_look_alpha(confidence: float, looks: int) -> float:
     """The two-sided alpha of each look so that ``looks`` looks together keep ``1 - confidence``."""
     looks = max(1, int(looks))
@@ -52,6 +55,11 @@ def per_look_alpha(confidence: float, looks: int) -> float:
     return (1.0 - confidence) / looks
 
 
+@lru_cache(maxsize=4096)
+def _t_quantile(q: float, df: float) -> float:
+    return float(sps.t.ppf(q, df))
+
+
 @dataclass(frozen=True)
 class ProcessRun:
     """One burst process in the order the sweep measured it: which configuration, and its windows' throughputs."""
@@ -59,9 +67,9 @@ class ProcessRun:
     config: Hashable
     windows: tuple[float, ...]
 
-    @property
+    @cached_property
     def log_mean(self) -> float:
-        return float(np.mean(np.log(self.windows)))
+        return math.fsum(math.log(w) for w in self.windows) / len(self.windows)
 
 
 @dataclass(frozen=True)
@@ -111,7 +119,7 @@ def blocks(runs: Sequence[ProcessRun], candidate: Hashable, reference: Hashable)
         right = next((v for c, v in seq[i + 1:] if c == reference), None)
         refs = [v for v in (left, right) if v is not None]
         if refs:
-            out.append(Block(value - float(np.mean(refs)), len(refs)))
+            out.append(Block(value - sum(refs) / len(refs), len(refs)))
     return out
 
 
@@ -161,13 +169,13 @@ def decide(runs: Sequence[ProcessRun], candidate: Hashable, reference: Hashable,
     if not bl:
         return None
     r = len(bl)
-    diff = float(np.mean([b.difference for b in bl]))
+    diff = math.fsum(b.difference for b in bl) / r
     se = math.sqrt(noise.var * sum(1.0 + 1.0 / b.neighbours for b in bl)) / r
     looks = max(1, policy.max_runs if looks is None else looks)
     alpha = per_look_alpha(policy.confidence, looks)
-    t_crit = float(sps.t.ppf(1.0 - alpha / 2.0, noise.df))
+    t_crit = _t_quantile(1.0 - alpha / 2.0, noise.df)
     low, high = math.exp(diff - t_crit * se), math.exp(diff + t_crit * se)
-    p_raw = float(2.0 * sps.t.sf(abs(diff) / se, noise.df)) if se > 0 else (0.0 if diff else 1.0)
+    p_raw = float(2.0 * stdtr(noise.df, -abs(diff) / se)) if se > 0 else (0.0 if diff else 1.0)
     p_value = min(1.0, p_raw * (1.0 - policy.confidence) / alpha)
     margin = math.log1p(policy.equivalence)
     if low > 1.0:

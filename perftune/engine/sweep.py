@@ -64,20 +64,11 @@ class SweepProgress(Protocol):
 class SilentProgress:
     """Reports nothing."""
 
-    def begin(self, total: int) -> None:
-        pass
-
-    def start(self, label: str) -> None:
-        pass
-
-    def done(self, line: str) -> None:
-        pass
-
-    def grow(self, n: int) -> None:
-        pass
-
-    def end(self) -> None:
-        pass
+    def begin(self, total: int) -> None: ...
+    def start(self, label: str) -> None: ...
+    def done(self, line: str) -> None: ...
+    def grow(self, n: int) -> None: ...
+    def end(self) -> None: ...
 
 
 class Sweep:
