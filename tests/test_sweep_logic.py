@@ -249,7 +249,7 @@ def test_retry_on_stack_off_skips_undecided_changes(tmp_path):
 def test_undecided_single_is_not_the_first_stack_row(tmp_path):
     # retry_on_stack with nothing kept: an undecided change has nothing to be stacked on
     sweep, runner = make_sweep(tmp_path, {"jit_level": ["O1"]}, {"baseline": Script(), "+jit_level=O1": Script()},
-                               max_runs=2)
+                               max_runs=2, baseline_runs=2)
     result = sweep.run()
     assert [st.label for st in result.stack] == ["baseline"] and result.best_label == "baseline"
     assert result.best_vs_baseline is None
@@ -302,16 +302,25 @@ def test_a_modest_gain_gets_extra_rounds_and_a_clear_one_does_not(tmp_path):
 
 def test_undecided_at_the_budget_says_what_would_resolve_it(tmp_path):
     sweep, runner = make_sweep(tmp_path, {"jit_level": ["O1"]}, {"baseline": Script(), "+jit_level=O1": Script(1.02)},
-                               max_runs=3)
+                               max_runs=3, baseline_runs=2)
     t = singles(sweep.run())["+jit_level=O1"]
     assert t.verdict == "undecided" and t.vs_baseline.verdict == "undecided"
     assert "undecided after 3 runs: noise" in t.reason and "cannot resolve" in t.reason and "runs would" in t.reason
     assert runner.calls.count(("+jit_level=O1", 2)) == 1 and len(runner.calls) == 7  # R C R C R C R: the budget
 
 
+def test_baseline_runs_is_a_minimum_for_sweeps_with_few_candidates(tmp_path):
+    scripts = {"baseline": Script(), "+jit_level=O1": Script(2.0)}
+    sweep, runner = make_sweep(tmp_path, {"jit_level": ["O1"]}, scripts, baseline_runs=4)
+    sweep.run()
+    assert runner.calls == [("baseline", 0), ("baseline", 1), ("baseline", 2), ("+jit_level=O1", 0), ("baseline", 3)]
+    sweep, runner = make_sweep(tmp_path / "none", {}, {"baseline": Script()}, baseline_runs=2)
+    assert sweep.run().aa_check is not None and runner.calls == [("baseline", 0), ("baseline", 1)]
+
+
 def test_wall_time_budget_stops_extra_rounds(tmp_path):
     scripts = {"baseline": Script(), "+jit_level=O1": Script(1.02, contended=(0,))}
-    sweep, runner = make_sweep(tmp_path, {"jit_level": ["O1"]}, scripts, budget_s=1e-9)
+    sweep, runner = make_sweep(tmp_path, {"jit_level": ["O1"]}, scripts, budget_s=1e-9, baseline_runs=2)
     t = singles(sweep.run())["+jit_level=O1"]
     # out of time from the start: round one only, and a contended process is not measured again
     assert runner.calls == [("baseline", 0), ("+jit_level=O1", 0), ("baseline", 1)]
@@ -331,7 +340,7 @@ def test_blocks_cancel_drift_that_the_a_a_check_shows(tmp_path):
 
 def test_contended_process_is_measured_again_and_is_not_a_look(tmp_path):
     scripts = {"baseline": Script(contended=(1, 2, 3, 4, 5)), "+jit_level=O1": Script(2.0, contended=(0,))}
-    sweep, runner = make_sweep(tmp_path, {"jit_level": ["O1"]}, scripts)
+    sweep, runner = make_sweep(tmp_path, {"jit_level": ["O1"]}, scripts, baseline_runs=2)
     result = sweep.run()
     # the candidate's first process was contended: measured again at once (its accuracy and profile stay on the
     # first); the baseline's second one too, and its third, contended again, is used: re-measures are bounded

@@ -255,6 +255,9 @@ class Sweep:
             return
         self.runs.append(run)
         self.result.environment = self.baseline_runs[0].result.environment
+        for _ in range(self.plan.decision.baseline_runs - 1 - len(singles)):  # too few candidates to interleave
+            run = self.measure_process(self.base)
+            self.runs += [run] if run else []
         keys = [self.register(changes, "single") for changes in self.order_singles(singles)]
         comparisons = self.race(keys, self.base)
         self.aa_check()

@@ -55,7 +55,8 @@ class DecisionRule(PlanRecord):
     budget_s: Optional[float] = Field(None, gt=0)
     #: a process measured while other processes competed for the cores is measured again, at most this many times
     remeasure_contended: int = Field(1, ge=0, le=5)
-    #: no longer used (kept so that older plans load): the baseline is now measured between the candidates
+    #: the baseline is measured at least this many times (it is also measured between the candidates, R C1 R C2 R
+    #: ..., so this only adds processes to a sweep with fewer than baseline_runs - 1 candidates)
     baseline_runs: int = Field(3, ge=1, le=20)
     #: also try the not-significant, equivalent and undecided changes on top of the stack (the bottleneck may move)
     retry_on_stack: bool = True
