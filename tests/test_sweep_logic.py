@@ -309,6 +309,21 @@ def test_undecided_at_the_budget_says_what_would_resolve_it(tmp_path):
     assert runner.calls.count(("+jit_level=O1", 2)) == 1 and len(runner.calls) == 7  # R C R C R C R: the budget
 
 
+def test_a_borderline_gain_that_is_no_discovery_across_the_sweep_is_not_significant(tmp_path):
+    # +4%: its own interval clears 1 just, but with three unchanged knobs beside it, Benjamini-Hochberg at 5% asks
+    # for p <= 1.25% of the smallest p-value of four
+    variables = {"jit_level": ["O1"], "kernel_threads": [1, 2, 3]}
+    scripts = {"baseline": Script(), "+jit_level=O1": Script(1.04), **{f"+kernel_threads={n}": Script(1.0)
+                                                                       for n in (1, 2, 3)}}
+    sweep, _ = make_sweep(tmp_path, variables, scripts, retry_on_stack=False)
+    result = sweep.run()
+    t = singles(result)["+jit_level=O1"]
+    assert t.vs_baseline.verdict == "faster" and 0.0125 < t.vs_baseline.p_value < 0.05
+    assert t.verdict == "not significant"
+    assert "not a discovery across the 4 one-at-a-time comparisons (Benjamini-Hochberg" in t.reason
+    assert result.best_label == "baseline"
+
+
 def test_baseline_runs_is_a_minimum_for_sweeps_with_few_candidates(tmp_path):
     scripts = {"baseline": Script(), "+jit_level=O1": Script(2.0)}
     sweep, runner = make_sweep(tmp_path, {"jit_level": ["O1"]}, scripts, baseline_runs=4)
