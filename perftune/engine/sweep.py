@@ -90,7 +90,8 @@ class Sweep:
         self.runs: list[ProcessRun] = []  # every usable process, in measurement order (config = its key)
         self.configs: dict[Hashable, tuple[dict[str, Any], str]] = {}  # key -> (changes, kind)
         self.processes: dict[Hashable, list[SweepTrial]] = {}  # key -> its processes, in order
-        self.contended: dict[Hashable, int] = {}  # key -> processes measured again for contention
+        self.contended: dict[Hashable, int] = {}  # key -> its processes measured under contention
+        self.streak = 0  # contended processes in a row, whatever their configuration
         self.base: Hashable = ""
         self.best: Hashable = ""
         self.expected = self.ticks = 0  # progress lines expected so far, and given
@@ -140,9 +141,14 @@ class Sweep:
         return key
 
     def measure_process(self, key: Hashable) -> Optional[ProcessRun]:
-        """One more usable process of ``key`` (a contended one is measured again, bounded); None if it failed."""
+        """One more usable process of ``key``; None if it failed.
+
+        A contended process is measured again, at most ``remeasure_contended`` times, and only while contention
+        looks passing: once that many processes in a row were contended, it is the machine's state, measuring again
+        would double the cost for nothing, and the process is used (and counted in its comparison's ``contended``).
+        """
         changes, kind = self.configs[key]
-        retries = 0
+        retries, limit = 0, self.plan.decision.remeasure_contended
         while True:
             replicate = len(self.processes[key])
             trial = self.measure(changes, kind if replicate == 0 or kind == "baseline" else "repeat", replicate)
@@ -151,10 +157,11 @@ class Sweep:
             if trial.verdict in FAILED or not r.windows:
                 self._done(trial)
                 return None
-            if r.contended_windows and retries < self.plan.decision.remeasure_contended and not self.out_of_time():
+            self.streak = self.streak + 1 if r.contended_windows else 0
+            self.contended[key] = self.contended.get(key, 0) + bool(r.contended_windows)
+            if r.contended_windows and retries < limit and self.streak <= limit and not self.out_of_time():
                 trial.excluded = (f"{r.contended_windows} of {len(r.windows)} timed windows contended (other "
                                   "processes used the cores): measured again")
-                self.contended[key] = self.contended.get(key, 0) + 1
                 retries += 1
                 self._done(trial)
                 continue

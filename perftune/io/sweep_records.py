@@ -35,7 +35,8 @@ class ComparisonRecord(Record):
     reference_processes: Optional[int] = None
     noise_sd: Optional[float] = None  # the sweep's pooled process noise (sd of log throughput) at the decision
     resolution: Optional[float] = None  # half the interval's width (relative): the smallest change it can tell
-    contended: int = 0  # processes of either side measured again because other processes competed for the cores
+    contended: int = 0  # processes of either side measured while other processes competed for the cores (measured
+    #                     again, or used where contention persisted)
     reason: str = ""  # the decision in words
 
 

@@ -73,7 +73,7 @@ def verdict_class(verdict: str) -> str:
 
 
 def display_label(trial: SweepTrial) -> str:
-    return f"{trial.label} (run {trial.replicate + 1})" if trial.kind == "baseline" else trial.label
+    return f"{trial.label} (run {trial.replicate + 1})" if trial.kind in ("baseline", "repeat") else trial.label
 
 
 # -- tables ----------------------------------------------------------------------------------------------------------

@@ -78,7 +78,7 @@ def comparison_lines(result: SweepResult) -> list[str]:
         c = t.vs_previous if t.kind == "stack" else t.vs_baseline
         if t.kind not in ("single", "stack") or c is None or c.processes is None:
             continue
-        contended = f", {c.contended} contended re-measured" if c.contended else ""
+        contended = f", {c.contended} measured under contention" if c.contended else ""
         lines.append(f"{t.label}: {t.verdict} ({c.processes} + {c.reference_processes} processes vs {c.reference}"
                      f"{contended}): {t.reason}")
     return lines
