@@ -26,11 +26,12 @@ import shutil
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Hashable, Optional, Protocol
+from typing import Any, Callable, Hashable, Optional
 
 from perftune import knobs
 from perftune.engine import accuracy as accuracy_gate
 from perftune.engine import noop, verdicts
+from perftune.engine.progress import SilentProgress, SweepProgress
 from perftune.engine.race import Race
 from perftune.engine.sequential import Noise, Policy, ProcessRun, benjamini_hochberg, decide
 from perftune.engine.specs import make_spec
@@ -49,26 +50,6 @@ TrialRunner = Callable[[TrialSpec, Path], TrialResult]
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-class SweepProgress(Protocol):
-    """What the sweep reports while it runs; the CLI renders it (a progress bar, or plain lines)."""
-
-    def begin(self, total: int) -> None: ...  # trials expected so far
-    def start(self, label: str) -> None: ...  # a trial starts
-    def done(self, line: str) -> None: ...  # a trial (or a verdict) is done: one line saying what came out
-    def grow(self, n: int) -> None: ...  # n more trials than expected (stacking, leave-one-out)
-    def end(self) -> None: ...
-
-
-class SilentProgress:
-    """Reports nothing."""
-
-    def begin(self, total: int) -> None: ...
-    def start(self, label: str) -> None: ...
-    def done(self, line: str) -> None: ...
-    def grow(self, n: int) -> None: ...
-    def end(self) -> None: ...
 
 
 class Sweep:
