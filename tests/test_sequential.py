@@ -115,7 +115,7 @@ def test_blocks_cancel_drift_that_an_unpaired_comparison_would_call_a_change():
     runs.append(ProcessRun("cand", (100.0 * math.exp(-0.03 * 4),)))
     runs.append(ProcessRun("base", (100.0 * math.exp(-0.03 * 5),)))
     (block,) = blocks(runs, "cand", "base")
-    assert block.neighbours == 2
+    assert block.neighbours == (3, 5)  # the baseline processes right before and after it
     assert block.difference == pytest.approx(0.0, abs=1e-12)  # midpoint of its neighbours: drift gone
     unpaired = np.mean([math.log(r.windows[0]) for r in runs if r.config == "cand"]) - \
         np.mean([math.log(r.windows[0]) for r in runs if r.config == "base"])

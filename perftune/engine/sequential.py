@@ -105,21 +105,21 @@ class Block:
     """One candidate process and the reference processes measured next to it."""
 
     difference: float  # log candidate - mean log neighbouring references
-    neighbours: int  # 1 or 2 reference processes
+    neighbours: tuple[int, ...]  # positions (in ``runs``) of its 1 or 2 neighbouring reference processes
 
 
 def blocks(runs: Sequence[ProcessRun], candidate: Hashable, reference: Hashable) -> list[Block]:
     """Each candidate process with the nearest reference process before and after it (in measurement order)."""
-    seq = [(r.config, r.log_mean) for r in runs if r.config in (candidate, reference)]
+    seq = [(i, r.config, r.log_mean) for i, r in enumerate(runs) if r.config in (candidate, reference)]
     out = []
-    for i, (config, value) in enumerate(seq):
+    for k, (_, config, value) in enumerate(seq):
         if config != candidate:
             continue
-        left = next((v for c, v in reversed(seq[:i]) if c == reference), None)
-        right = next((v for c, v in seq[i + 1:] if c == reference), None)
-        refs = [v for v in (left, right) if v is not None]
+        left = next(((i, v) for i, c, v in reversed(seq[:k]) if c == reference), None)
+        right = next(((i, v) for i, c, v in seq[k + 1:] if c == reference), None)
+        refs = [x for x in (left, right) if x is not None]
         if refs:
-            out.append(Block(value - sum(refs) / len(refs), len(refs)))
+            out.append(Block(value - sum(v for _, v in refs) / len(refs), tuple(i for i, _ in refs)))
     return out
 
 
@@ -133,7 +133,7 @@ class Decision:
     ci_high: float
     p_value: float  # two-sided, for "no difference", scaled for the looks (x alpha / per-look alpha, capped at 1)
     blocks: int  # candidate processes with a reference neighbour
-    reference_runs: int  # reference processes the blocks used
+    reference_runs: int  # reference processes the blocks used (neighbours of a candidate process)
     df: float
     level: float  # the per-look confidence of the interval
     confidence: float  # the overall confidence the looks together keep
@@ -170,7 +170,7 @@ def decide(runs: Sequence[ProcessRun], candidate: Hashable, reference: Hashable,
         return None
     r = len(bl)
     diff = math.fsum(b.difference for b in bl) / r
-    se = math.sqrt(noise.var * sum(1.0 + 1.0 / b.neighbours for b in bl)) / r
+    se = math.sqrt(noise.var * sum(1.0 + 1.0 / len(b.neighbours) for b in bl)) / r
     looks = max(1, policy.max_runs if looks is None else looks)
     alpha = per_look_alpha(policy.confidence, looks)
     t_crit = _t_quantile(1.0 - alpha / 2.0, noise.df)
@@ -186,7 +186,7 @@ def decide(runs: Sequence[ProcessRun], candidate: Hashable, reference: Hashable,
         outcome = "equivalent"
     else:
         outcome = "open"
-    reference_runs = sum(1 for run in runs if run.config == reference)
+    reference_runs = len({i for b in bl for i in b.neighbours})
     return Decision(outcome, math.exp(diff), low, high, p_value, r, reference_runs, float(noise.df), 1.0 - alpha,
                     policy.confidence, noise.sd, policy.equivalence, looks)
 
