@@ -1,11 +1,12 @@
 """The report's efficiency and within-trial sections (template ``extra.html``): MFU against the measured peak,
-throughput drift over each burst's timed windows, and each change's loss as a difference from the baseline."""
+throughput drift over each burst's timed windows, each change's loss as a difference from the baseline, and the
+ranks of distributed trials (per-rank splits, the straggler, the spread, the communication share)."""
 
 from __future__ import annotations
 
 from typing import Optional
 
-from perftune.io.records import Environment
+from perftune.io.records import COMMUNICATION_FLAG_SHARE, PHASES, Environment
 from perftune.io.sweep_records import SweepTrial
 from perftune.report import figures_extra
 from perftune.report.efficiency import efficiency
@@ -41,6 +42,36 @@ def loss_differences(folder: SweepFolder) -> list[dict]:
     return out
 
 
+def ranks_context(folder: SweepFolder) -> dict:
+    """Distributed trials (``workers >= 2``): per rank its step, throughput, communication share and profiled splits;
+    per trial the straggler (slowest median step) and the spread between the ranks."""
+    trials, bars = [], []
+    for t in folder.trials:
+        r = t.result
+        if r.world_size < 2 or not r.ranks:
+            continue
+        label = trial_label(t)
+        ranks = []
+        for k in r.ranks:
+            straggler = k.rank == r.straggler_rank
+            ranks.append({"rank": k.rank, "host": k.host or "", "status": k.status, "straggler": straggler,
+                          "step_ms": f"{k.step_ms_median:.2f}" if k.step_ms_median is not None else "",
+                          "samples_per_s": f"{k.samples_per_s:.1f}" if k.samples_per_s is not None else "",
+                          "communication": f"{k.communication_share:.1%}" if k.communication_share is not None
+                          else "", "profile_error": k.profile_error or ""})
+            bars.append({"label": f"{label}, rank {k.rank}" + (" (straggler)" if straggler else ""),
+                         "splits": {p: getattr(k.splits, f"{p}_ms") for p in PHASES} if k.splits else None})
+        comm = r.profile.communication_share if r.profile else None
+        trials.append({
+            "trial_id": t.trial_id, "label": label, "world_size": r.world_size, "ranks": ranks,
+            "straggler": r.straggler_rank, "spread": f"{r.rank_spread:.1%}" if r.rank_spread is not None else "",
+            "communication": f"{comm:.1%}" if comm is not None else "",
+            "communication_flag": bool(r.profile and r.profile.communication_flag),
+        })
+    return {"trials": trials, "figure": figures_extra.rank_splits_figure(bars) if bars else None,
+            "flag_share": f"{COMMUNICATION_FLAG_SHARE:.0%}"}
+
+
 def extra_context(folder: SweepFolder) -> dict:
     labels = {t.trial_id: trial_label(t) for t in folder.trials}
     eff = efficiency(folder.trials, sweep_environment(folder), labels)
@@ -59,5 +90,6 @@ def extra_context(folder: SweepFolder) -> dict:
         },
         "drift": figures_extra.drift_figure(drift_rows),
         "loss_difference": figures_extra.loss_difference_figure(diffs),
+        "ranks": ranks_context(folder),
         "loss_difference_rows": [{"label": d["label"], "max_abs": f"{d['max_abs']:.4g}"} for d in diffs],
     }

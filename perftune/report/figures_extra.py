@@ -1,5 +1,5 @@
-"""More report figures: MFU per trial, throughput drift within each trial, and each change's loss as a difference
-from the baseline at equal samples seen.  Same conventions as ``figures``: matplotlib without pyplot, a PNG
+"""More report figures: MFU per trial, throughput drift within each trial, each change's loss as a difference from
+the baseline at equal samples seen, and the per-rank splits of distributed trials.  Same conventions as ``figures``: matplotlib without pyplot, a PNG
 ``data:`` URI out, ``None`` when there is nothing to draw."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from typing import Optional, Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
-from perftune.report.figures import CURVE_COLORS, DPI, VERDICT_COLORS, WIDTH_IN
+from perftune.io.records import PHASES
+from perftune.report.figures import CURVE_COLORS, DPI, PHASE_COLORS, VERDICT_COLORS, WIDTH_IN
 
 
 def to_png(fig: Figure) -> str:
@@ -122,6 +123,36 @@ def loss_difference_figure(curves: Sequence[dict]) -> Optional[str]:
     ax.set_xlabel("samples seen")
     ax.set_ylabel("training loss - baseline's")
     ax.set_title("Loss difference from the baseline at equal samples seen (above zero: worse)")
+    _legend_outside(ax)
+    _clean(ax)
+    return to_png(fig)
+
+
+def rank_splits_figure(rows: Sequence[dict]) -> Optional[str]:
+    """One stacked bar per rank of each distributed trial: that rank's profiled splits (they add up to its step).
+
+    ``rows``: ``label`` (e.g. "workers=2, rank 1 (straggler)"), ``splits`` {phase: ms} or None (no profile: an
+    empty bar labelled so)."""
+    if not any(r.get("splits") for r in rows):
+        return None
+    fig = Figure(figsize=(WIDTH_IN, 1.3 + 0.34 * len(rows)))
+    ax = fig.subplots()
+    drawn: set = set()
+    for i, r in enumerate(rows):
+        left = 0.0
+        for phase in PHASES:
+            width = (r.get("splits") or {}).get(phase) or 0.0
+            if width:
+                ax.barh(i, width, left=left, color=PHASE_COLORS[phase], height=0.65,
+                        label=phase if phase not in drawn else None)
+                drawn.add(phase)
+            left += width
+        if not r.get("splits"):
+            ax.text(0, i, " not profiled", va="center", fontsize="x-small", color="#777777")
+    ax.set_yticks(range(len(rows)), [r["label"] for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("time per step (ms), each rank's own profiled split")
+    ax.set_title("Per-rank time splits of distributed trials")
     _legend_outside(ax)
     _clean(ax)
     return to_png(fig)
