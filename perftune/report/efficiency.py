@@ -52,12 +52,12 @@ def peak_text(peak: Optional[PeakRecord], env: Optional[Environment]) -> str:
     if peak is not None:
         return (f"peak {peak.flops_per_s / 1e9:.1f} GFLOP/s ({peak.dtype}, median call "
                 f"{peak.median_flops_per_s / 1e9:.1f}) on {peak.host} ({peak.device}, MindSpore "
-                f"{peak.mindspore_version}), measured {peak.measured_utc} by `perftune peak`"
+                f"{peak.mindspore_version}), measured {peak.measured_utc} by 'perftune peak'"
                 + (f" at load average {peak.load_avg_1m:.1f}" if peak.load_avg_1m is not None else "")
                 + f": {peak.method}")
     where = f"{env.host} ({env.device}, MindSpore {env.mindspore_version})" if env else "this sweep's machine"
-    return (f"MFU unknown: no peak measured for {where} in {cache_path()}; run `perftune peak` on that machine, "
-            "then `perftune report` again")
+    return (f"MFU unknown: no peak measured for {where} in {cache_path()}; run 'perftune peak' on that machine, "
+            "then 'perftune report' again")
 
 
 def efficiency(trials: list[SweepTrial], env: Optional[Environment], labels: dict[str, str]) -> Efficiency:
