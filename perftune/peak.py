@@ -48,12 +48,18 @@ def measure_peak(device: str = "CPU", size: int = DEFAULT_SIZE, seconds: float =
 
     if size < 16:
         raise UserError(f"--size {size}: too small to measure a peak (at least 16; default {DEFAULT_SIZE})")
-    ms.set_device(device)
-    ms.set_context(mode=ms.PYNATIVE_MODE)
     try:
-        (ms.Tensor(np.ones(1, np.float32)) + 1).asnumpy()  # NumPy 2: the first eager op of a process may raise
-    except SystemError:
-        pass
+        ms.set_device(device)
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+        try:
+            (ms.Tensor(np.ones(1, np.float32)) + 1).asnumpy()  # NumPy 2: the first eager op of a process may raise
+        except SystemError:
+            pass
+        (ms.Tensor(np.ones(1, np.float32)) + 1).asnumpy()
+    except (RuntimeError, ValueError, TypeError) as exc:
+        reason = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+        reason = reason if len(reason) <= 160 else reason[:160].rsplit(" ", 1)[0] + " ..."
+        raise UserError(f"--device {device}: MindSpore cannot run on it here ({reason})") from None
     rng = np.random.default_rng(0)
     a = ms.Tensor(rng.standard_normal((size, size), dtype=np.float32))
     b = ms.Tensor(rng.standard_normal((size, size), dtype=np.float32))

@@ -129,6 +129,9 @@ def test_perftune_peak_measures_once_and_then_reads_the_cache(tmp_path):
     assert record["flops_per_s"] >= record["median_flops_per_s"] > 0 and record["repeats"] >= 3
     cached = peak()
     assert cached.returncode == 0 and "cached" in cached.stdout
+    gpu = peak("--device", "GPU", "--refresh", "--size", "64")  # the CPU wheel of MindSpore this project pins
+    assert gpu.returncode == 2 and gpu.stderr.strip().splitlines()[-1].startswith(
+        "perftune: --device GPU: MindSpore cannot run on it here (")
     assert json.loads((tmp_path / "cache" / "peak.json").read_text())["peaks"] == {
         peak_key(record["host"], "CPU", record["mindspore_version"]): record}
 
