@@ -45,6 +45,23 @@ def run_sweep_cli(plan_path: Path, out: Path, *extra: str):
                          catch_exceptions=False)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def peak_cache(tmp_path_factory):
+    """An empty peak cache for the whole session: reports never pick up a peak measured on this machine before
+    (``perftune peak`` writes ~/.cache/perftune/peak.json); tests that need one write it themselves."""
+    import os
+
+    from perftune.io.peak import CACHE_ENV
+
+    before = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("peak_cache"))
+    yield Path(os.environ[CACHE_ENV])
+    if before is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = before
+
+
 @pytest.fixture(scope="session")
 def quick_sweep(tmp_path_factory) -> Path:
     """A real, data-bound sweep: each sample sleeps 0.5 ms in the Python map (as slow storage would), so with one

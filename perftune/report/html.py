@@ -21,6 +21,7 @@ from perftune.knobs import label_of
 from perftune.io.records import PHASES
 from perftune.io.sweep_records import FAILED_VERDICTS, SweepTrial
 from perftune.report import figures
+from perftune.report.extra import extra_context
 from perftune.report.format import is_missing, num
 from perftune.report.load import SweepFolder
 from perftune.report.notes import bottleneck_note
@@ -297,6 +298,7 @@ def build_context(folder: SweepFolder) -> dict:
         "summary": _summary(folder, metric),
         "ablation": table(ablation, metric), "singles": table(singles, metric), "loo": table(loo, metric),
         "figures": figs,
+        "extra": extra_context(folder),
         "trials": trials,
         "any_splits": any(t["splits_text"] for t in trials),
         "top_ops": [x for x in (_top_ops(base), _top_ops(best) if best is not base else None) if x],
