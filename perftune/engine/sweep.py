@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional, Protocol
 
 from perftune import knobs
 from perftune.engine import accuracy as accuracy_gate
-from perftune.engine import noop, stats
+from perftune.engine import lm, noop, stats
 from perftune.engine.specs import make_spec
 from perftune.errors import UserError
 from perftune.io.files import RESULTS_NAME, TRIAL_NAME, TRIALS_DIR, read_trial_if_present
@@ -181,6 +181,9 @@ class Sweep:
             # an accuracy failure is never hidden behind a speed verdict: it is the verdict, the speed is the reason
             speed = f"{trial.verdict} ({trial.reason})"
             trial.verdict, trial.reason = "accuracy rejected", f"{gate.reason}; speed: {speed}"
+        if gate is not None and gate.ok and gate.unjudged:  # passed, but not because it was judged: say so
+            trial.reason += (f"; not judged at this burst length: {', '.join(gate.unjudged)} (the baseline cannot "
+                             "tell; raise accuracy.samples)")
         self.save()
 
     # -- the phases ---------------------------------------------------------------------------------------------
@@ -227,6 +230,9 @@ class Sweep:
             self.result.trials[-1].reason = f"the baseline itself failed: {first.result.reason}"
             return
         self.result.environment = first.result.environment
+        if first.result.accuracy is not None:
+            for line in accuracy_gate.unjudged(first.result.accuracy, self.plan.accuracy).values():
+                self.progress.done(f"  accuracy gate: {line}")
         ordered = self.order_singles(singles)
         # spread the remaining baseline runs evenly through the singles (and one at the very end)
         slots = {round((i + 1) * len(ordered) / (runs - 1)) for i in range(runs - 1)} if runs > 1 else set()
@@ -246,7 +252,7 @@ class Sweep:
             self.result.aa_check = second
         for trial in single_trials:
             self.decide(trial, self.baseline_runs, "baseline")
-            self.progress.done(f"  {trial.label}: {trial.verdict} {trial.reason}")
+            self.progress.done(f"  {trial.label}: {trial.verdict} {trial.reason}{lm.verdict_suffix(trial.result)}")
         self.stack(single_trials)
         self.leave_one_out()
 
@@ -259,7 +265,7 @@ class Sweep:
         r = trial.result
         if pending and trial.verdict not in FAILED:
             return  # the verdict line comes once all baseline runs are in
-        what = f"{r.samples_per_s:.1f} samples/s" if r.status == "ok" and r.samples_per_s else \
+        what = lm.progress_text(r) if r.status == "ok" and r.samples_per_s else \
             f"{trial.verdict}: {trial.reason}"
         self.progress.done(f"  {trial.label}{' (run %d)' % (trial.replicate + 1) if trial.kind == 'baseline' else ''}"
                            f": {what}{' (reused)' if trial.reused else ''}")
@@ -304,7 +310,8 @@ class Sweep:
                 trial.reason = reason
             self.result.stack.append(StackStep(label=label_of(changes), change=dict(single.changes),
                                                trial_id=trial.trial_id, kept=kept, reason=reason))
-            self.progress.done(f"  stack {label_of(changes)}: {'kept' if kept else reason}")
+            self.progress.done(f"  stack {label_of(changes)}: {'kept' if kept else reason}"
+                               f"{lm.verdict_suffix(trial.result)}")
             if kept:
                 current_changes, current = changes, [trial]
             self.save()
@@ -339,7 +346,7 @@ class Sweep:
                 c = trial.vs_previous
                 trial.reason = (f"removing {label_of(s.change or {})} from the final stack: final is "
                                 f"x{c.ratio:.2f} [{c.ci_low:.2f}, {c.ci_high:.2f}] of this" if c else "")
-            self.progress.done(f"  {trial.label}: {trial.reason or trial.verdict}")
+            self.progress.done(f"  {trial.label}: {trial.reason or trial.verdict}{lm.verdict_suffix(trial.result)}")
             self.save()
 
 
