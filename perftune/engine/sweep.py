@@ -230,9 +230,6 @@ class Sweep:
             self.result.trials[-1].reason = f"the baseline itself failed: {first.result.reason}"
             return
         self.result.environment = first.result.environment
-        if first.result.accuracy is not None:
-            for line in accuracy_gate.unjudged(first.result.accuracy, self.plan.accuracy).values():
-                self.progress.done(f"  accuracy gate: {line}")
         ordered = self.order_singles(singles)
         # spread the remaining baseline runs evenly through the singles (and one at the very end)
         slots = {round((i + 1) * len(ordered) / (runs - 1)) for i in range(runs - 1)} if runs > 1 else set()

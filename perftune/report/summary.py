@@ -9,6 +9,7 @@ from perftune.io.files import RESULTS_NAME
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult
 from perftune.report.format import mb
+from perftune.report.language import gate_cannot_judge
 from perftune.report.format import num as format_num
 
 
@@ -83,6 +84,7 @@ def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) 
     elif result.best_label:
         lines.append(f"best: {result.best_label}")
     lines += _language_lines(result)
+    lines += [f"accuracy gate: {line}" for line in gate_cannot_judge(result)]
     lines.append(f"tables: {out_dir / 'ablation.md'}, {out_dir / 'ablation.csv'}; results: {out_dir / RESULTS_NAME}")
     if report_path:
         lines.append(f"report: {report_path}")
