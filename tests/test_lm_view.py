@@ -118,6 +118,8 @@ def test_a_degenerate_baseline_is_said_in_the_reason_the_summary_and_the_report(
     html = write_report(out).read_text(encoding="utf-8")
     assert html.count('class="warn gate-cannot-judge"') == 2 and "raise accuracy.samples" in html
     assert "gate metric(s) cannot judge at this burst length" in html
+    # the greedy sample: only the baseline's (nothing was kept), and its blankness said in words
+    assert "(32 whitespace characters and nothing else)" in html and "the final stack is the baseline" in html
 
 
 def test_a_baseline_that_learns_says_nothing_of_the_kind(tmp_path):

@@ -321,7 +321,8 @@ def test_language_model_report_in_headless_chromium(lm_sweep, tmp_path):
     assert [s["trial"] for s in facts["samples"]] == [base["trial_id"], single["trial_id"]]
     for shown, trial in zip(facts["samples"], (base, single)):
         assert shown["text"] == trial["result"]["accuracy"]["sample_text"]
-    assert "Greedy samples" in facts["text"] and f"final stack: {single['label']}" in facts["text"]
+    shown_text = facts["text"].lower()  # innerText applies the CSS (the card labels are upper-case)
+    assert "greedy samples" in shown_text and f"final stack: {single['label']}" in shown_text
 
 
 def hostile_copy(quick_sweep: Path, dst: Path) -> Path:

@@ -27,8 +27,11 @@ def _sample(trial: SweepTrial, label: str) -> dict:
              f"perplexity {num(acc.perplexity, '.2f')}" if acc and acc.perplexity is not None else "",
              f"repetition {num(acc.repetition_rate, '.2f')}" if acc and acc.repetition_rate is not None else "",
              f"after {acc.samples_seen} samples" if acc else ""]
-    return {"label": label, "trial_id": trial.trial_id, "facts": ", ".join(f for f in facts if f),
-            "text": acc.sample_text if acc else None}
+    text = acc.sample_text if acc else None
+    # a model stuck on one byte writes only spaces or newlines: an empty-looking box would hide that
+    blank = f"({len(text)} whitespace characters and nothing else)" if text is not None and not text.strip() else ""
+    return {"label": label, "trial_id": trial.trial_id, "facts": ", ".join(f for f in facts if f), "text": text,
+            "blank": blank}
 
 
 def samples(result: SweepResult) -> dict:

@@ -99,5 +99,5 @@ def _language_lines(result: SweepResult) -> list[str]:
     lines = [f"baseline: {lm.progress_text(base.result)}"]
     best = next((t for t in result.trials if t.trial_id == result.best_trial_id), None)
     if best is not None and best.trial_id != base.trial_id and best.result.status == "ok":
-        lines.append(f"best:     {lm.progress_text(best.result)}")
+        lines.append(f"{result.best_label}: {lm.progress_text(best.result)}")
     return lines
