@@ -28,7 +28,7 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
         return "\n".join(lines)
     acc = r.accuracy
     lines = [
-        f"trial {r.trial_id}: ok ({r.workload} on {r.device}, {r.parameter_count:,} parameters)",
+        f"trial {r.trial_id}: ok ({r.workload} on {r.device}, {_num(r.parameter_count, ',')} parameters)",
         f"  throughput   {r.samples_per_s:.1f} samples/s" + (f", {r.tokens_per_s:.0f} tokens/s" if r.tokens_per_s else ""),
         f"  step time    median {r.step_ms_median:.2f} ms (p10 {r.step_ms_p10:.2f}, p90 {r.step_ms_p90:.2f}), "
         f"waiting for data {r.data_wait_ms_median:.2f} ms",
