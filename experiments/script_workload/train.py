@@ -74,6 +74,7 @@ def main():
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--samples", type=int, default=2048)
     parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--log-every", type=int, default=20, help="LossMonitor's period in steps")
     parser.add_argument("--pin-decode-workers", action="store_true", help="num_parallel_workers=1 on the map")
     parser.add_argument("--fail", choices=["raise", "exit", "no-train"], help="(tests) fail the way a script can")
     args = parser.parse_args()
@@ -94,7 +95,7 @@ def main():
     model = Model(network, loss_fn=loss, optimizer=optimizer, metrics={"accuracy"})
     dataset = build_dataset(args.batch_size, args.samples, args.pin_decode_workers)
     counter = StepCounter()
-    model.train(args.epochs, dataset, callbacks=[LossMonitor(20), TimeMonitor(), counter])
+    model.train(args.epochs, dataset, callbacks=[LossMonitor(args.log_every), TimeMonitor(), counter])
     print(f"trained {counter.steps} steps", flush=True)
     ms.save_checkpoint(network, "toy.ckpt")
 

@@ -77,13 +77,13 @@ def pipeline_ops(dataset) -> list[dict[str, Any]]:
 
 
 def pinned_notes(ops: list[dict[str, Any]], workers: int) -> list[Note]:
-    """The operators where a value of their own keeps ``num_parallel_workers`` from acting, by name.  When no map
-    (the per-sample work) takes the knob, its verdict is "no effect"."""
-    pinned = [o for o in ops if o["num_parallel_workers"] is not None and o["num_parallel_workers"] != workers]
+    """The operators where the script's own value keeps ``num_parallel_workers`` from acting, by name.  When no map
+    (the per-sample work) takes the knob, its verdict is "no effect".  An operator's own default (a source's 1) is
+    in the read-back, not in a note: the script did not write it."""
+    pinned = [o for o in ops if o["num_parallel_workers"] not in (None, workers) and not o["default"]]
     if not pinned:
         return []
-    where = ", ".join(f"num_parallel_workers={o['num_parallel_workers']} on {o['op']}"
-                      + (" (its own default)" if o["default"] else "") for o in pinned)
+    where = ", ".join(f"num_parallel_workers={o['num_parallel_workers']} on {o['op']}" for o in pinned)
     maps = [o for o in ops if o["op"].startswith("map(")] or ops
     if all(o in pinned for o in maps):
         reached = [o["op"] for o in ops if o["num_parallel_workers"] is None]
