@@ -138,6 +138,14 @@ def test_meter_runs_the_burst_phases_in_order(tmp_path):
     assert [r.phase for r in result.steps] == ["accuracy"] * 4 + ["warmup"] + ["timed"] * 10
     assert result.accuracy.samples_seen == 128 and result.accuracy.train_loss == pytest.approx(1.985)
     assert len(result.windows) == 2 and result.samples_per_step == 32 and result.step_ms_median is not None
+    # a repeat process of the same configuration: warm-up and timed windows only (as a perftune burst)
+    repeat = Meter(make_spec(load_plan(write_plan(tmp_path, "m", script=str(EXAMPLE / "train.py"))), {},
+                             "baseline", replicate=1), tmp_path)
+    while not repeat.done:
+        repeat.begin()
+        repeat.end(1.0, 32)
+    assert [r.phase for r in repeat.records] == ["warmup"] + ["timed"] * 10 and repeat.result.profile is None
+    assert repeat.result.accuracy is None and repeat.result.compile_ms is not None
     # dataset sinking: one call for four steps gives four records of a quarter of the time each
     sink = Meter(spec, tmp_path)
     sink.start()

@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
+from perftune import knobs as knob_registry
 from perftune.burst.callback import Callback, activate
 from perftune.burst.context import environment, first_eager_op
 from perftune.burst.failures import classify_failure
@@ -48,6 +49,8 @@ class ScriptBurst:
 
         started = time.perf_counter()
         spec, script = self.spec, self.spec.script
+        self.result.notes += knob_registry.no_effect_notes({n: spec.knobs[n] for n in sorted(self.imposed)},
+                                                           spec.device)
         apply_script_context(spec, self.imposed)
         apply_dataset_config(spec.knobs, self.imposed)
         first_eager_op()
