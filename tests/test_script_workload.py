@@ -218,14 +218,16 @@ def test_a_pinned_map_is_named_and_has_no_effect(scripts):
     assert note.kind == "no_effect" and "num_parallel_workers=1 on map(slow_decode)" in note.text
 
 
-@pytest.mark.parametrize("fail, expected", [
-    ("raise", "the script raised RuntimeError: the script's data folder is missing after 0 step(s)"),
-    ("exit", "the script exited with code 4 after 0 step(s)"),
-    ("no-train", "the script finished without training: it never called mindspore.train.Model.train"),
-])
-def test_a_failing_script_gives_a_recorded_trial_with_the_reason(scripts, fail, expected):
-    path = write_plan(scripts, f"fail-{fail}", args=("--fail", fail))
-    result, folder = one_burst(scripts, path, f"fail-{fail}")
+@pytest.mark.parametrize("args, expected", [
+    (["--fail", "raise"], "the script raised RuntimeError: the script's data folder is missing after 0 step(s)"),
+    (["--fail", "exit"], "the script exited with code 4 after 0 step(s)"),
+    (["--fail", "no-train"], "the script finished without training: it never called mindspore.train.Model.train"),
+    (["--epochs", "1", "--samples", "64"], "the script's training ended after 2 step(s), before the burst had"),
+], ids=["raises", "exits", "never-trains", "too-short"])
+def test_a_failing_script_gives_a_recorded_trial_with_the_reason(scripts, args, expected):
+    name = f"fail-{len(expected)}"
+    path = write_plan(scripts, name, args=args)
+    result, folder = one_burst(scripts, path, name)
     assert result.status == "failed" and result.reason.startswith(expected), result.reason
     assert TrialResult.model_validate_json((folder / "trial.json").read_text()).reason == result.reason
 

@@ -68,7 +68,7 @@ def learning_rate(optimizer) -> Optional[float]:
 class Callback(MindSporeCallback):
     """A ``mindspore.train.Callback`` that runs perftune's burst phases inside ``Model.train``.
 
-    ``out``: where a hand-added callback writes ``trial.json``; ``stop``: end training once measured.  The
+    ``out``: where a hand-added callback writes ``trial.json`` (default ``perftune-callback``); ``stop``: end training once measured.  The
     ``warmup_steps``/``steps``/``repeats``/``profile_steps`` are the plan's ``burst`` settings; the accuracy window
     is ``accuracy_samples`` samples (default: one timed window's).
     """
@@ -78,7 +78,8 @@ class Callback(MindSporeCallback):
                  stop: bool = False, meter: Optional[Meter] = None):
         super().__init__()
         self.stop = stop
-        self.out = Path(out) if out is not None else None
+        # by hand without ``out``: ./perftune-callback/; inside a script burst (``meter`` given) the burst writes
+        self.out = Path(out) if out is not None else (None if meter is not None else Path("perftune-callback"))
         self.meter = meter
         self.settings = BurstSettings(warmup_steps=warmup_steps, steps=steps, repeats=repeats,
                                       profile_steps=profile_steps)
@@ -88,7 +89,7 @@ class Callback(MindSporeCallback):
 
     def ensure_meter(self, batch_size: int) -> Meter:
         if self.meter is None:
-            out = self.out if self.out is not None else Path("perftune-callback")
+            out = self.out.resolve()
             out.mkdir(parents=True, exist_ok=True)
             samples = self.accuracy_samples or batch_size * self.settings.steps
             self.meter = Meter(standalone_spec(out, self.settings, samples), out)
