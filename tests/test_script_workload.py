@@ -91,6 +91,11 @@ def test_validate_refuses_with_one_line(scripts, change, expected):
     assert run.exit_code == 2 and expected in run.output and "Traceback" not in run.output
 
 
+def test_run_set_refuses_a_knob_without_route(scripts):
+    run = CliRunner().invoke(main, ["run", str(write_plan(scripts, "set")), "--set", "train_step=function"])
+    assert run.exit_code == 2 and "--set train_step: knob 'train_step' has no route into the script" in run.output
+
+
 def test_a_knob_with_knob_args_has_a_route(scripts):
     path = write_plan(scripts, "ok", variables={"batch_size": [64], "num_parallel_workers": [2]})
     run = CliRunner().invoke(main, ["validate", str(path)])
