@@ -237,6 +237,16 @@ def test_a_failing_script_gives_a_recorded_trial_with_the_reason(scripts, args, 
     assert TrialResult.model_validate_json((folder / "trial.json").read_text()).reason == result.reason
 
 
+def test_model_knobs_reach_the_scripts_model(scripts):
+    """loss_scale reaches the Model the script builds: MindSpore's Model refuses a dynamic scale on CPU, and the
+    trial is unsupported with that reason; what the script itself passed is recorded."""
+    path = write_plan(scripts, "model-knobs", baseline={"batch_size": 32, "mode": "graph"})
+    result, _ = one_burst(scripts, path, "model-knobs", {"loss_scale": "dynamic"})
+    assert result.status == "unsupported", result.reason
+    assert result.reason.startswith("loss_scale=dynamic: mindspore.train.Model refuses it on CPU")
+    assert result.applied["script_asked"]["Model"] == [{"amp_level": "O0", "loss_scale_manager": None}]
+
+
 def test_a_custom_loop_with_the_two_lines(scripts):
     path = write_plan(scripts, "loop", script="custom_loop.py", args=("--epochs", "20"),
                       baseline={"batch_size": 32, "mode": "graph"}, burst={**BURST, "profile_steps": 0})

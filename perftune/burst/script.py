@@ -23,7 +23,7 @@ from typing import Optional
 from perftune import knobs as knob_registry
 from perftune.burst.callback import Callback, activate
 from perftune.burst.context import environment, first_eager_op
-from perftune.burst.failures import classify_failure
+from perftune.burst.failures import KnobRefused, classify_failure
 from perftune.burst.meter import BurstDone, Meter
 from perftune.burst.script_hooks import ScriptHooks, apply_dataset_config, apply_script_context
 from perftune.engine.script_plan import script_argv
@@ -102,6 +102,9 @@ class ScriptBurst:
             if exc.code not in (None, 0):
                 what = f"code {exc.code}" if isinstance(exc.code, int) else repr(exc.code)
                 return "failed", f"the script exited with {what} after {meter.steps_seen} step(s)"
+        except KnobRefused as exc:  # a knob perftune applied where the script builds its Model
+            traceback.print_exc()
+            return "unsupported", str(exc)
         except Exception as exc:  # noqa: BLE001 - the script's failure becomes the trial's reason
             traceback.print_exc()
             sys.stderr.flush()

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from perftune import knobs as knob_registry
 from perftune.burst.context import GRAPH_KERNEL_FLAGS
+from perftune.burst.failures import KnobRefused, one_line
 from perftune.burst.meter import BurstDone, Meter
 from perftune.io.records import Note, TrialSpec
 
@@ -172,7 +173,15 @@ class ScriptHooks:
                 manager = loss_scale_manager(hooks.k["loss_scale"])
                 if manager is not None:
                     extra["loss_scale_manager"] = manager
-            original(model, **arguments, **extra)
+            try:
+                original(model, **arguments, **extra)
+            except (ValueError, TypeError, RuntimeError) as exc:
+                changed = [n for n in ("amp_level", "loss_scale") if n in hooks.imposed]
+                if not changed:
+                    raise
+                values = ", ".join(f"{n}={knob_registry.format_value(hooks.k[n])}" for n in changed)
+                raise KnobRefused(f"{values}: mindspore.train.Model refuses it on {hooks.spec.device}: "
+                                  f"{one_line(exc)}") from exc
 
         return init
 
