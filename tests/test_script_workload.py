@@ -8,6 +8,7 @@ They check what ran (``applied``), the files and the step accounting, never whic
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -286,8 +287,6 @@ print(f"trained {len(done)} steps")
 
 def test_the_callback_by_hand_writes_a_trial_that_compare_reads(tmp_path):
     """``perftune.Callback(out=DIR)`` added by hand to a job: DIR/trial.json (with a profile), training goes on."""
-    import os
-
     job = tmp_path / "job.py"
     job.write_text(JOB)
     run = subprocess.run([sys.executable, str(job), str(tmp_path / "a")], cwd=tmp_path, capture_output=True,
@@ -300,3 +299,13 @@ def test_the_callback_by_hand_writes_a_trial_that_compare_reads(tmp_path):
     assert result.profile is not None and result.profile.splits is not None, result.profile
     compare = CliRunner().invoke(main, ["compare", str(tmp_path / "a"), str(tmp_path / "a")])
     assert compare.exit_code == 0, compare.output
+
+
+def test_import_perftune_stays_light_and_the_two_lines_do_nothing_outside_a_burst():
+    run = subprocess.run([sys.executable, "-c", "import sys, perftune; assert 'mindspore' not in sys.modules; "
+                          "assert perftune.loss(3.0) == 3.0"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert run.returncode == 0, run.stderr
+    import perftune
+
+    assert list(perftune.steps(iter([1, 2, 3]))) == [1, 2, 3]
