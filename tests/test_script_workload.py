@@ -257,6 +257,10 @@ def test_a_custom_loop_with_the_two_lines(scripts):
     acc = result.accuracy
     assert acc.samples_seen == ACCURACY_SAMPLES and acc.updates == 4 and acc.train_loss is not None
     assert all(s.loss is not None for s in result.steps)
+    # a Model knob cannot reach a custom loop: refused at the loop's first step, with the reason
+    refused, _ = one_burst(scripts, path, "loop-amp", {"amp_level": "O2"})
+    assert refused.status == "unsupported" and refused.reason.startswith(
+        "amp_level=O2: the script trains with a custom loop, without mindspore.train.Model"), refused.reason
 
 
 JOB = """

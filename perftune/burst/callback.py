@@ -18,6 +18,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 from mindspore.train import Callback as MindSporeCallback
 
+from perftune.burst.failures import KnobRefused
 from perftune.burst.meter import BurstDone, Meter
 from perftune.io.plan import BurstSettings
 from perftune.io.records import TrialSpec
@@ -167,6 +168,8 @@ def steps(iterable: Iterable) -> Iterator:
     if meter is None:
         yield from iterable
         return
+    if meter.loop_refusal:
+        raise KnobRefused(meter.loop_refusal)
     _active["loss"] = None
     meter.start()
     previous = None

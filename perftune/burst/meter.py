@@ -74,6 +74,7 @@ class Meter:
         self.learning_rate: Optional[float] = None
         self.sink_steps = 0  # steps that arrived several per call (dataset_sink_mode)
         self.session = None
+        self.loop_refusal: Optional[str] = None  # why a custom loop cannot run this trial (set by the script burst)
         self.done = False
         self.started_wall = time.perf_counter()
 

@@ -8,7 +8,7 @@ Only the knobs the plan names (``TrialSpec.script_knobs``) are imposed; the othe
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from perftune import knobs as knob_registry
 from perftune.burst.context import GRAPH_KERNEL_FLAGS
@@ -243,10 +243,12 @@ class ScriptHooks:
             "script_asked": {key: v for key, v in self.asked.items() if v},
         }
 
-    def custom_loop_refusals(self) -> list[str]:
-        """Model knobs the plan sets away from their default, in a script that never built a Model."""
-        if self.asked["Model"]:
-            return []
-        return [f"{name}={knob_registry.format_value(self.k[name])}" for name in sorted(self.imposed)
-                if knob_registry.KNOBS[name].script_route == "model"
-                and self.k[name] != knob_registry.KNOBS[name].default]
+    def custom_loop_refusal(self) -> Optional[str]:
+        """Why a custom loop (``perftune.steps``) cannot run this trial: Model knobs set away from their default."""
+        changed = [f"{name}={knob_registry.format_value(self.k[name])}" for name in sorted(self.imposed)
+                   if knob_registry.KNOBS[name].script_route == "model"
+                   and self.k[name] != knob_registry.KNOBS[name].default]
+        if not changed:
+            return None
+        return (f"{', '.join(changed)}: the script trains with a custom loop, without mindspore.train.Model, where "
+                "perftune cannot apply this knob; map it to the script's own option with workload.knob_args")
