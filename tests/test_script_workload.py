@@ -158,6 +158,17 @@ def test_meter_runs_the_burst_phases_in_order(tmp_path):
     sink.begin()
     sink.end(1.0, 128, steps=4)
     assert len(sink.records) == 4 and len({r.step_ms for r in sink.records}) == 1 and sink.phase == "warmup"
+    # burst.min_window_s: windows calibrated from the warm-up steps, as a perftune burst does
+    long = make_spec(load_plan(write_plan(tmp_path, "m", script=str(EXAMPLE / "train.py"),
+                                          burst={**BURST, "warmup_steps": 2, "profile_steps": 0,
+                                                 "min_window_s": 60})), {}, "baseline", replicate=1)
+    meter = Meter(long, tmp_path)
+    meter.start()
+    while meter.phase == "warmup":
+        meter.begin()
+        meter.end(1.0, 32)
+    assert meter.window_steps == 100 * BURST["steps"]  # 60 s of sub-millisecond steps: the 100x cap
+    assert any("calibrated to 500 steps" in n.text for n in meter.result.notes)
 
 
 # -- real bursts of the example script ------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from perftune.burst import contention
 from perftune.burst.failures import one_line
 from perftune.burst.summary import (
     analyse_profile,
+    calibrated_window_steps,
     finite_or_none,
     summarize_timed,
     training_accuracy,
@@ -66,6 +67,7 @@ class Meter:
         self.in_phase: list[StepRecord] = []
         self.pending: list[tuple[StepRecord, Any]] = []  # a timed window's records and loss tensors
         self.window = 0
+        self.window_steps = b.steps  # calibrated at the end of warm-up where burst.min_window_s asks
         self.window_reading: Optional[contention.Reading] = None
         self.samples_seen = 0
         self.batch_sizes: Counter = Counter()
@@ -86,8 +88,8 @@ class Meter:
         """What the burst needs, for a "training ended early" reason."""
         b = self.spec.burst
         acc = "" if self.repeat else f"the accuracy window ({self.spec.accuracy_samples} samples), "
-        return (f"{acc}{b.warmup_steps} warm-up, {b.repeats} x {b.steps} timed and {b.profile_steps} profiled "
-                "steps")
+        return (f"{acc}{b.warmup_steps} warm-up, {b.repeats} x {self.window_steps} timed and {b.profile_steps} "
+                "profiled steps")
 
     # -- the two calls per step -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -139,13 +141,16 @@ class Meter:
             self.result.compile_ms = self.in_phase[0].step_ms
             self.result.accuracy = training_accuracy(self.in_phase, self.samples_seen, self.spec.lr_scale,
                                                      with_norms=False)
+            if not b.warmup_steps:
+                self.calibrate()
             self.next_phase("warmup" if b.warmup_steps else "timed")
         elif self.phase == "warmup" and len(self.in_phase) >= b.warmup_steps:
             if self.repeat:
                 self.result.compile_ms = self.records[0].step_ms
             self.result.warmup_steps = len(self.in_phase)
+            self.calibrate()
             self.next_phase("timed")
-        elif self.phase == "timed" and len(self.in_phase) >= b.steps:
+        elif self.phase == "timed" and len(self.in_phase) >= self.window_steps:
             self.close_window()
             if self.window + 1 < b.repeats:
                 self.window += 1
@@ -156,6 +161,13 @@ class Meter:
         elif self.phase == "profiled" and len(self.in_phase) >= b.profile_steps:
             self.close_profile()
             self.next_phase("done")
+
+    def calibrate(self) -> None:
+        """``burst.min_window_s``: as many steps per window as that takes (``summary.calibrated_window_steps``)."""
+        warm = [r.step_ms for r in self.records if r.phase == "warmup"]
+        self.window_steps, note = calibrated_window_steps(self.spec.burst, warm)
+        if note is not None:
+            self.result.notes.append(note)
 
     def next_phase(self, phase: str) -> None:
         self.phase = phase

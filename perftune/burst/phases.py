@@ -37,7 +37,14 @@ from perftune.burst.context import (
     single_process_notes,
 )
 from perftune.burst.failures import KnobRefused, one_line
-from perftune.burst.summary import analyse_profile, finite_or_none, summarize_timed, training_accuracy, window_stats
+from perftune.burst.summary import (
+    analyse_profile,
+    calibrated_window_steps,
+    finite_or_none,
+    summarize_timed,
+    training_accuracy,
+    window_stats,
+)
 from perftune.io.records import (
     Note,
     ProfileSummary,
@@ -217,9 +224,18 @@ class Burst:
         self.result.warmup_steps = count
         self.result.steps += [self.step("warmup") for _ in range(count)]
 
+    def window_steps(self) -> int:
+        """Steps per timed window (``burst.min_window_s`` calibrates it from the warm-up steps)."""
+        warm = [r.step_ms for r in self.result.steps if r.phase == "warmup"]
+        steps, note = calibrated_window_steps(self.spec.burst, warm)
+        if note is not None:
+            self.result.notes.append(note)
+        return steps
+
     def timed_phase(self) -> None:
         b = self.spec.burst
         per_step = int(self.k["batch_size"])
+        steps = self.window_steps()
         all_steps: list[StepRecord] = []
         for w in range(b.repeats):
             # one synchronisation per window (the losses are read back at its end), as training runs; the window's
@@ -227,7 +243,7 @@ class Burst:
             self.pending_losses = []
             before = contention.read()
             started = time.perf_counter()
-            window = [self.step("timed", w, sync=False) for _ in range(b.steps)]
+            window = [self.step("timed", w, sync=False) for _ in range(steps)]
             losses = [float(x.asnumpy()) for x in self.pending_losses]
             total = (time.perf_counter() - started) * 1e3
             guard = contention.between(before, contention.read())

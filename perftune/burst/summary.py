@@ -12,6 +12,7 @@ import numpy as np
 
 from perftune.burst import contention
 from perftune.burst.failures import one_line
+from perftune.io.plan import BurstSettings
 from perftune.io.records import Accuracy, Note, ProfileSummary, StepRecord, TrialResult, WindowStats
 
 LOSS_TAIL_STEPS = 5  # the training loss at N samples is the mean of this many last steps
@@ -39,6 +40,24 @@ def training_accuracy(records: list[StepRecord], samples_seen: int, lr_scale: fl
         nonfinite=nonfinite,
         loss_curve=[(r.samples_seen, r.loss) for r in records if r.loss is not None],
     )
+
+
+def calibrated_window_steps(burst: BurstSettings, warm_ms: list[float]) -> tuple[int, Optional[Note]]:
+    """Steps per timed window: ``burst.steps``, or more where ``burst.min_window_s`` asks for longer windows.
+
+    As pyperf and timeit calibrate their loops: the step time is the median of the warm-up steps after the
+    first (which compiled), and the window gets enough steps to last ``min_window_s`` (at most 100x ``steps``).
+    """
+    warm = warm_ms[1:]
+    if not burst.min_window_s or not warm:
+        return burst.steps, None
+    per_step_ms = max(float(np.median(warm)), 1e-3)
+    steps = min(max(burst.steps, math.ceil(burst.min_window_s * 1e3 / per_step_ms)), 100 * burst.steps)
+    if steps == burst.steps:
+        return steps, None
+    return steps, Note(kind="info", text=(
+        f"timed windows calibrated to {steps} steps (warm-up step {per_step_ms:.1f} ms, "
+        f"burst.min_window_s={burst.min_window_s:g}; burst.steps={burst.steps} is the minimum)"))
 
 
 def window_stats(window: list[StepRecord], total_ms: float, samples: int,
