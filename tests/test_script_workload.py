@@ -185,8 +185,12 @@ def sweep(scripts) -> Path:
 
 
 def trials_by_label(out: Path):
+    """Each configuration's first process (replicate 0: the one with the accuracy window and the profile)."""
     result = SweepResult.model_validate_json((out / "results.json").read_text())
-    return result, {t.label: t for t in result.trials}
+    first: dict = {}
+    for t in result.trials:
+        first.setdefault(t.label, t)
+    return result, first
 
 
 def test_sweep_of_the_unchanged_script_keeps_the_knob_under_test(sweep, scripts):
