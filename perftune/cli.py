@@ -117,6 +117,9 @@ def knobs_command() -> None:
             else:
                 backends.append(b)
         click.echo(f"  backends: {', '.join(backends)}")
+        route = {"context": "set before the script, kept against its set_context", "dataset":
+                 "mindspore.dataset.config", "model": "where the script builds Model / calls Model.train"}
+        click.echo(f"  script:   {route.get(knob.script_route, 'only through workload.knob_args')}")
 
 
 @main.command()
