@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shlex
 import signal
 import sys
@@ -31,9 +32,20 @@ def user_errors(func):
             sys.exit(2)
         except KeyboardInterrupt:
             click.echo("\nperftune: interrupted", err=True)
-            sys.exit(130)
+            leave(130)
 
     return wrapper
+
+
+def leave(code: int) -> None:
+    """Exit after Ctrl-C / SIGTERM at once, without the interpreter's shutdown: an interrupt that lands inside a
+    half-finished import of a C extension can make that shutdown crash (seen: SIGABRT in ``perftune report``), and
+    by now everything worth keeping is saved.  Inside another program (click's test runner) it raises SystemExit."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__:
+        os._exit(code)
+    sys.exit(code)
 
 
 class SweepProgressDisplay:
@@ -174,7 +186,7 @@ def sweep(plan_path: Path, out_dir: Path | None, fresh: bool, progress: bool, re
         again = shlex.join(["perftune", *argv])
         why = "terminated (SIGTERM)" if terminated else "interrupted"
         click.echo(f"\n{why}: finished trials are saved in {out}; resume with: {again}", err=True)
-        sys.exit(143 if terminated else 130)
+        leave(143 if terminated else 130)
     finally:
         signal.signal(signal.SIGTERM, previous)
     click.echo(sweep_summary(result, out, out / REPORT_NAME if report else None))

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -232,3 +233,72 @@ def test_a_second_ctrl_c_shortens_the_grace_period_but_still_kills_everything(tm
     assert sweep.returncode == 130, err
     assert none_left(marker), [p.cmdline() for p in processes_with(marker)]
     assert none_left(str(out.resolve()))
+
+
+# -- every failure one line, the right exit code ------------------------------------------------------------------
+
+@contextmanager
+def tmpfs(path: Path, size: str):
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if mounted.returncode:
+        pytest.skip("needs to mount a small tmpfs (root with CAP_SYS_ADMIN)")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def test_a_read_only_out_is_one_line_exit_2_and_results_stay_as_they_were(finished, tmp_path):
+    with tmpfs(tmp_path / "ro", "64m") as mount:
+        copy = copy_of(finished, mount / "out")
+        before = (copy / "results.json").read_bytes()
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        plan = Path(json.loads(before)["plan_path"])
+        for out in (copy, mount / "new"):
+            result = run_sweep_cli(plan, out, "--no-report")
+            assert result.exit_code == 2, result.output
+            assert "cannot be written (Read-only file system)" in result.stderr
+            assert result.stderr.count("\n") == 1 and "Traceback" not in result.output
+        assert (copy / "results.json").read_bytes() == before
+
+
+def test_a_full_disk_is_one_line_exit_2(tmp_path):
+    with tmpfs(tmp_path / "full", "64k") as mount:
+        result = run_sweep_cli(one_trial_plan(tmp_path), mount / "out", "--no-report")
+        assert result.exit_code == 2, result.output
+        assert "cannot be written (No space left on device)" in result.stderr and result.stderr.count("\n") == 1
+        assert not (mount / "out" / ".perftune.lock").exists()
+        if (mount / "out" / "results.json").exists():  # what is there is whole
+            json.loads((mount / "out" / "results.json").read_text())
+
+
+def test_ctrl_c_while_the_report_is_written_exits_130(finished, tmp_path):
+    copy = copy_of(finished, tmp_path / "copy")
+    proc = subprocess.Popen([sys.executable, "-m", "perftune.cli", "report", str(copy)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def drawing() -> bool:  # matplotlib is loaded: the report is being written
+        try:
+            return "ft2font" in Path(f"/proc/{proc.pid}/maps").read_text()
+        except OSError:
+            return False
+
+    wait_for(drawing, "the report to start drawing", proc, timeout=60)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    assert err.strip() == "perftune: interrupted"
+    assert not (copy / "report.html").exists()
+
+
+def test_ablation_md_shows_html_from_exception_messages_as_text(finished):
+    from perftune.io.files import read_sweep
+    from perftune.report.tables import markdown_report
+
+    result = read_sweep(finished)
+    result.trials[0].verdict = "failed"
+    result.trials[0].reason = "RuntimeError: <img src=x onerror=alert(1)> | <script>x</script>"
+    text = markdown_report(result)
+    assert "<img" not in text and "<script>" not in text
+    assert "&lt;img src=x onerror=alert(1)&gt; \\| &lt;script&gt;" in text
