@@ -33,7 +33,7 @@ def run_local(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> TrialResult
         proc = subprocess.Popen(
             [sys.executable, "-m", BURST_MODULE, str(trial_dir.resolve())],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=burst_env(), start_new_session=True, preexec_fn=die_with_parent, cwd=str(trial_dir.resolve()),
+            env=trial_procs.env(burst_env()), start_new_session=True, preexec_fn=die_with_parent, cwd=str(trial_dir.resolve()),
         )
         status: Optional[str] = None
         reason: Optional[str] = None

@@ -16,12 +16,15 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import uuid
 from pathlib import Path
 from typing import Optional
 
 import psutil
 
 PR_SET_CHILD_SUBREAPER = 36
+#: set in the environment of every process of a trial (inherited by its descendants): whose orphan is it
+TOKEN_ENV = "PERFTUNE_TRIAL_TOKEN"
 
 
 def become_subreaper() -> bool:
@@ -48,12 +51,21 @@ def _tree(p: psutil.Process) -> list[psutil.Process]:
 
 
 class TrialProcesses:
-    """The processes of one trial: its process tree while it runs, and the orphans it leaves to the sweep."""
+    """The processes of one trial: its process tree while it runs, and the orphans it leaves to the sweep.
+
+    Every process of the trial inherits ``TOKEN_ENV`` = this trial's token from the launcher's environment, so an
+    orphan re-parented to the sweep is recognised as this trial's even where several trials run at once in one
+    process (the two-node loopback test): another trial's launcher is never touched."""
 
     def __init__(self) -> None:
         become_subreaper()
+        self.token = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.before = {p.pid for p in _children()}
         self.seen: set[psutil.Process] = set()
+
+    def env(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` with this trial's token: pass it to the launched process."""
+        return {**env, TOKEN_ENV: self.token}
 
     def watch(self, pid: int) -> None:
         """Remember the current descendants of ``pid`` (call before killing it: they may leave its group)."""
@@ -62,14 +74,20 @@ class TrialProcesses:
         except psutil.Error:
             pass
 
+    def _ours(self, p: psutil.Process) -> bool:
+        try:
+            return p.environ().get(TOKEN_ENV) == self.token
+        except psutil.Error:
+            return False
+
     def kill_leftovers(self, timeout: float = 5.0) -> list[int]:
-        """SIGKILL every remembered descendant and every orphan re-parented to us since the trial began; reap them.
+        """SIGKILL every remembered descendant and every orphan of this trial re-parented to us; reap them.
 
         Returns the PIDs that were still alive (for tests and logs)."""
         victims = set(self.seen)
         for child in _children():
             if child.pid not in self.before:
-                victims.update(_tree(child))
+                victims.update(p for p in _tree(child) if self._ours(p))
         victims = {p for p in victims if p.pid != os.getpid()}
         killed = []
         for p in victims:
