@@ -10,8 +10,8 @@ from typing import Callable, Optional
 from perftune.engine.plan import load_plan, parse_set_options
 from perftune.engine.specs import make_spec
 from perftune.engine.sweep import SweepProgress, run_sweep, utc_now
-from perftune.io.outdir import (cannot_write, check_own_folder, check_profiler_path, clear_own, lock_folder,
-                                mark_own)
+from perftune.io.outdir import (cannot_write, check_own_folder, check_own_trial_folder, check_profiler_path, clear_own,
+                                lock_folder, mark_own)
 from perftune.io.plan import Plan
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult
@@ -42,6 +42,9 @@ def run_one(plan_path: Path, overrides, out_dir: Path | None) -> tuple[TrialResu
     label = ", ".join(f"{k}={v}" for k, v in knob_values.items()) or "baseline"
     spec = make_spec(plan, knob_values, label, cache_dir=default_cache_dir(base_out).resolve())
     trial_dir = out_dir or base_out / "runs" / spec.trial_id
+    check_own_trial_folder(Path(trial_dir))
+    if spec.burst.profile_steps > 0:
+        check_profiler_path(Path(trial_dir))
     return run_trial(spec, trial_dir), Path(trial_dir)
 
 

@@ -35,3 +35,16 @@ def test_compare_markdown_escapes_html():
     from perftune.compare.render import _md  # noqa: PLC2701 - the one escaping function of the renderer
 
     assert _md("<b>x</b> | y & z") == "&lt;b&gt;x&lt;/b&gt; \\| y &amp; z"
+
+
+def test_run_refuses_a_folder_of_someone_elses_files(tmp_path):
+    import yaml
+
+    plan = tmp_path / "p.yaml"
+    plan.write_text(yaml.safe_dump({"name": "r", "workload": "mlp"}))
+    mine = tmp_path / "mine"
+    (mine / "profile").mkdir(parents=True)
+    (mine / "profile" / "keep.txt").write_text("mine")
+    result = CliRunner().invoke(main, ["run", str(plan), "--out", str(mine)])
+    assert result.exit_code == 2 and "holds files perftune did not write" in result.stderr, result.output
+    assert (mine / "profile" / "keep.txt").read_text() == "mine"

@@ -72,6 +72,14 @@ def check_own_folder(out: Path) -> None:
                         "folder or one of its own (choose another --out or output_dir)")
 
 
+def check_own_trial_folder(trial_dir: Path) -> None:
+    """``perftune run --out DIR``: DIR must be empty, new, or a trial folder perftune made (it holds spec.json)."""
+    trial_dir = Path(trial_dir)
+    if trial_dir.is_dir() and any(trial_dir.iterdir()) and not (trial_dir / SPEC_NAME).is_file():
+        raise UserError(f"{trial_dir}: holds files perftune did not write; a trial runs only in an empty folder or "
+                        "one of its own trial folders (choose another --out)")
+
+
 def check_profiler_path(out: Path) -> None:
     """MindSpore's profiler refuses some characters in its path and every profile would fail: refuse up front."""
     resolved = str(Path(out).resolve())

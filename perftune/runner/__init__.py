@@ -38,7 +38,10 @@ def run_trial(spec: TrialSpec, trial_dir: Path, timeout_s: Optional[float] = Non
 
     trial_dir = Path(trial_dir)
     trial_dir.mkdir(parents=True, exist_ok=True)
-    clear_partial(trial_dir)
+    if (trial_dir / SPEC_NAME).exists():  # perftune's own folder from an earlier attempt (never a stranger's)
+        clear_partial(trial_dir)
+    else:
+        (trial_dir / TRIAL_NAME).unlink(missing_ok=True)
     write_json_atomic(trial_dir / SPEC_NAME, spec.model_dump(mode="json"))
     timeout = float(timeout_s if timeout_s is not None else spec.burst.timeout_s)
     if int(spec.knobs["workers"]) >= 2:  # one rank per worker under msrun; writes trial.json itself
