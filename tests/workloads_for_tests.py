@@ -35,3 +35,20 @@ def escaping_sleeper(params: dict, seed: int):
     with open(params["started_file"], "w") as fh:  # the test knows the grandchild really ran
         fh.write(str(child.pid))
     time.sleep(3600)
+
+
+def newer_trial_file(params: dict, seed: int):
+    """Raises; as its process exits (the burst ends with ``os._exit`` after writing its failed trial.json), the file
+    is replaced by one from a newer perftune: a schema version this one does not know."""
+    import json
+    import os
+
+    real_exit = os._exit
+
+    def exit_leaving_a_newer_file(code: int) -> None:  # the burst runs in its trial folder
+        with open("trial.json", "w") as fh:
+            json.dump({"trial_id": "x", "schema_version": 99}, fh)
+        real_exit(code)
+
+    os._exit = exit_leaving_a_newer_file
+    raise RuntimeError("about to leave a trial.json from the future")

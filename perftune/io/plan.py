@@ -5,7 +5,8 @@ one-line messages are ``perftune.engine.plan``'s job; these models only hold the
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,6 +34,9 @@ class BurstSettings(PlanRecord):
     repeats: int = Field(3, ge=1, le=1000)
     profile_steps: int = Field(5, ge=0, le=1000)
     timeout_s: float = Field(300, gt=0, le=MAX_TIMEOUT_S)
+    #: calibrate the timed windows as pyperf/timeit do: each window runs at least ``steps`` steps and at least this
+    #: many seconds, the steps per window chosen from the warm-up's step time (None: exactly ``steps`` per window)
+    min_window_s: Optional[float] = Field(None, gt=0, le=600)
 
 
 class AccuracyGate(PlanRecord):
@@ -52,11 +56,22 @@ class AccuracyGate(PlanRecord):
 
 
 class DecisionRule(PlanRecord):
+    """How comparisons are decided (``perftune.engine.sequential``) and how much they may spend."""
+
     min_gain: float = Field(0.03, ge=0, le=10)
     confidence: float = Field(0.95, gt=0.5, lt=1)
-    #: the baseline is measured this many times, in separate processes spread through the sweep
+    #: a change whose interval lies inside +-equivalence of the reference is ``equivalent``
+    equivalence: float = Field(0.03, ge=0, lt=1)
+    #: processes of a candidate per comparison (the first included): an open comparison gets more, up to this
+    max_runs: int = Field(4, ge=1, le=20)
+    #: wall-time budget of the sweep in seconds: past it, no more extra rounds or re-measures start (none: no limit)
+    budget_s: Optional[float] = Field(None, gt=0)
+    #: a process measured while other processes competed for the cores is measured again, at most this many times
+    remeasure_contended: int = Field(1, ge=0, le=5)
+    #: the baseline is measured at least this many times (it is also measured between the candidates, R C1 R C2 R
+    #: ..., so this only adds processes to a sweep with fewer than baseline_runs - 1 candidates)
     baseline_runs: int = Field(3, ge=1, le=20)
-    #: also try the not-significant changes on top of the stack (the bottleneck may have moved)
+    #: also try the not-significant, equivalent and undecided changes on top of the stack (the bottleneck may move)
     retry_on_stack: bool = True
 
 
@@ -74,9 +89,24 @@ class DistributedSettings(PlanRecord):
     master_port: Optional[int] = Field(None, ge=1024, le=65535)
 
 
+class ScriptWorkload(PlanRecord):
+    """``workload: {script: train.py, ...}``: the user's own training script, run unchanged in the burst process as
+    ``python train.py ARGS`` would run it (see ``perftune.burst.script``).  ``script`` is made absolute (relative to
+    the plan file) when the plan is loaded; the script runs with its own folder as working directory."""
+
+    script: str = Field(min_length=1)
+    #: the script's own arguments, passed on unchanged
+    args: list[str] = Field(default_factory=list)
+    #: knob -> the script's option that takes it (``{batch_size: "--batch-size"}``): ``--batch-size 64`` is appended
+    knob_args: dict[str, str] = Field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"script:{Path(self.script).name}"
+
+
 class Plan(PlanRecord):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=80)
-    workload: str
+    workload: Union[str, ScriptWorkload]
     workload_params: dict[str, Any] = Field(default_factory=dict)
     device: Literal["CPU", "GPU", "Ascend"] = "CPU"
     seed: int = Field(0, ge=0, le=MAX_SEED)

@@ -13,7 +13,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from perftune.io.plan import BurstSettings, DistributedSettings
+from perftune.io.plan import BurstSettings, DistributedSettings, ScriptWorkload
 
 #: Bumped whenever a field changes meaning or disappears; ``perftune.io.schema`` upgrades older files step by step
 #: and refuses newer ones.  Version 2: ``notes`` are ``Note`` records instead of strings.
@@ -74,7 +74,7 @@ class WindowStats(Record):
     total_ms: float
     median_step_ms: float
     samples_per_s: float
-    #: the contention guard (perftune/contention.py): others' share of all cores during the window, steal time, the
+    #: the contention guard (perftune/burst/contention.py): others' share of all cores during the window, steal time, the
     #: 1-minute load average at its end, and whether others used more than CONTENDED_SHARE of the machine
     others_cpu_share: Optional[float] = None
     steal_share: Optional[float] = None
@@ -275,6 +275,10 @@ class TrialSpec(Record):
     distributed: Optional[DistributedSettings] = None
     #: factor on the workload's learning rate (plan ``accuracy.lr_scaling`` with a batch-size change)
     lr_scale: float = 1.0
+    #: a script workload (``workload`` is then ``script:<file name>``): run by ``perftune.burst.script``
+    script: Optional[ScriptWorkload] = None
+    #: the knobs the plan names (baseline or variables): imposed on the script; the others stay as it sets them
+    script_knobs: list[str] = Field(default_factory=list)
 
 
 def failed_result(spec: TrialSpec, status: TrialStatus, reason: Optional[str], **fields: Any) -> TrialResult:

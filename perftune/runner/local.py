@@ -52,16 +52,19 @@ def run_local(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> TrialResult
         finally:
             trial_procs.kill_leftovers()  # setsid'd descendants and orphans re-parented to the sweep
     wall_s = time.perf_counter() - started
+    unreadable: Optional[str] = None
     try:
         result = read_trial_if_present(result_path)
-    except UserError:  # the burst writes atomically: this is a burst that broke, recorded as such below
-        result = None
+    except UserError as exc:  # written atomically, yet unreadable (e.g. by another perftune version): say so
+        result, unreadable = None, str(exc)
     retry = False
     if status is None and result is None:
         ooms_after = oom_kills()
         ooms = ooms_after - ooms_before if ooms_after is not None and ooms_before is not None else None
         status, reason = classify_exit(proc.returncode, log_path, ooms)
         retry = killed_from_outside(proc.returncode, status)
+        if unreadable:
+            status, reason, retry = "failed", f"the burst wrote a trial.json this perftune cannot read: {unreadable}", False
     if result is None or status == "timeout":
         result = failed_result(spec, status or "failed", reason, retry_on_resume=retry)
     if result.status != "ok" and not result.log_tail:
