@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def one_trial_plan(folder: Path, name: str = "one", **fields) -> Path:
-    """Baseline only, one run: a sweep of one burst."""
+    """Baseline only, one run asked (the sequential rule may add a repeat process of the baseline)."""
     return write_plan(folder, name=name, decision={"baseline_runs": 1}, **fields)
 
 
@@ -171,7 +171,8 @@ def test_a_trial_cut_off_while_profiling_is_redone_whole(finished, tmp_path):
     """What kill -9 during profiling leaves: the profiler's folder, no trial.json.  The redone trial must not find
     the old profile ("two profiler folders for rank 0") and keep its splits."""
     copy = copy_of(finished, tmp_path / "copy")
-    (trial_dir,) = list((copy / "trials").iterdir())
+    first = json.loads((copy / "results.json").read_text())["trials"][0]  # the one with the profile
+    trial_dir = copy / "trials" / first["trial_id"]
     (trial_dir / "trial.json").unlink()
     assert len(list((trial_dir / "profile").iterdir())) == 1
     result = run_sweep_cli(Path(json.loads((copy / "results.json").read_text())["plan_path"]), copy, "--no-report")
@@ -182,6 +183,7 @@ def test_a_trial_cut_off_while_profiling_is_redone_whole(finished, tmp_path):
     assert len(list((trial_dir / "profile").iterdir())) == 1
     saved = json.loads((copy / "results.json").read_text())
     assert saved["trials"][0]["reused"] is False
+    assert all(t["reused"] for t in saved["trials"][1:])  # the complete ones were kept
 
 
 def test_a_burst_killed_by_someone_else_is_not_called_oom_and_is_retried(tmp_path):
