@@ -80,7 +80,8 @@ class Knob:
 KNOBS: dict[str, Knob] = {
     k.name: k
     for k in [
-        Knob("batch_size", "int", 32, "samples per optimizer step (the dataset's batch)", "compute", minimum=1),
+        Knob("batch_size", "int", 32, "samples per optimizer step (the dataset's batch)", "compute", minimum=1,
+             maximum=65536),
         Knob("mode", "choice", "graph", "GRAPH_MODE (compiled) or PYNATIVE_MODE (eager)", "compute",
              choices=("graph", "pynative"), script_route="context"),
         Knob("jit_level", "choice", "O0", "graph compile level (O2: whole-graph sinking, Ascend)", "compute",

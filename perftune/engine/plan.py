@@ -13,6 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from perftune import knobs
+from perftune.engine.plan_yaml import MAX_PLAN_BYTES, PlanYAMLError, load_bounded
 from perftune.errors import UserError
 from perftune.io.plan import Plan
 from perftune.engine.script_plan import check_script_workload
@@ -197,13 +198,20 @@ def parse_plan(data: Any, source: str = "plan", base_dir: Path | None = None) ->
 def load_plan(path: str | Path) -> Plan:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_PLAN_BYTES + 1)  # never more: a plan of gigabytes is refused, not read
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise UserError(f"{path}: no such plan file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: cannot read the plan ({exc.__class__.__name__}: {exc})") from None
+    if len(raw) > MAX_PLAN_BYTES:
+        raise UserError(f"{path}: the plan is larger than {MAX_PLAN_BYTES} bytes; a plan is a short hand-written "
+                        "file")
     try:
-        data = yaml.safe_load(text)
+        data = load_bounded(text)
+    except PlanYAMLError as exc:
+        raise UserError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -218,6 +218,8 @@ class TrialResult(Record):
     trial_id: str
     status: TrialStatus
     reason: Optional[str] = None  # why it is not ok, in one line
+    #: ended by a signal perftune did not send (not by its configuration): a resume measures it again
+    retry_on_resume: bool = False
     log_tail: Optional[str] = None
     workload: str
     device: str
