@@ -9,6 +9,7 @@ from typing import Optional
 from perftune.engine.plan import load_plan, parse_set_options
 from perftune.engine.specs import make_spec
 from perftune.engine.sweep import SweepProgress, run_sweep
+from perftune.errors import UserError
 from perftune.io.plan import Plan
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult
@@ -39,8 +40,25 @@ def run_one(plan_path: Path, overrides, out_dir: Path | None) -> tuple[TrialResu
 
 
 def sweep(plan: Plan, out: Path, plan_path: Optional[Path] = None, fresh: bool = False,
-          progress: Optional[SweepProgress] = None, command: str = "") -> SweepResult:
-    """``perftune sweep``: run (or resume) the sweep with real bursts, then write the ablation tables."""
-    result = run_sweep(plan, out, run_trial, plan_path, fresh=fresh, progress=progress, command=command)
+          progress: Optional[SweepProgress] = None, command: str = "", executor: Optional[str] = None,
+          address: Optional[str] = None) -> SweepResult:
+    """``perftune sweep``: run (or resume) the sweep with real bursts, then write the ablation tables.
+
+    ``executor`` (default: the plan's ``executor``): ``local`` runs each burst here, ``ray`` as a task on a Ray
+    cluster's node (``address``, default the plan's ``ray.address``); the results folder is the same either way.
+    """
+    if address and (executor or plan.executor) != "ray":
+        raise UserError("--address: only with --executor ray (or executor: ray in the plan)")
+    if (executor or plan.executor) == "ray":
+        from perftune.runner.ray_executor import RayExecutor
+
+        ray_executor = RayExecutor(address or plan.ray.address, plan.ray.max_attempts)
+        try:
+            ray_executor.connect()
+            result = run_sweep(plan, out, ray_executor, plan_path, fresh=fresh, progress=progress, command=command)
+        finally:
+            ray_executor.close()
+    else:
+        result = run_sweep(plan, out, run_trial, plan_path, fresh=fresh, progress=progress, command=command)
     write_tables(result, Path(out))
     return result
