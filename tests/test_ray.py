@@ -164,3 +164,23 @@ def test_a_node_that_dies_mid_trial_is_replaced_and_recorded(cluster, tmp_path):
     node = record["node"]
     assert node["attempts"] == 2 and len(node["lost"]) == 1, node
     assert record["status"] == "ok" and node["node_id"] == cluster.workers[0].node_id
+
+
+def test_ctrl_c_on_the_driver_stops_the_remote_burst(cluster, tmp_path):
+    plan = write_plan(tmp_path, name="rayint", workload_params=dict(TINY_MLP),
+                      burst={**BURST, "steps": 200, "repeats": 5}, decision={"baseline_runs": 1})
+    out = tmp_path / "out"
+    proc = start_sweep(plan, out, cluster.address)
+    bursts: list[psutil.Process] = []
+    deadline = time.monotonic() + 180
+    while not bursts and time.monotonic() < deadline and proc.poll() is None:
+        bursts = [b for node in cluster.workers for b in bursts_on(node)]
+        time.sleep(0.2)
+    assert bursts, "no burst started on a worker node"
+    proc.send_signal(signal.SIGINT)
+    log = finish(proc, timeout=60)
+    assert proc.returncode == 130, log
+    assert "resume with: perftune sweep" in log and "--executor ray" in log
+    gone, alive = psutil.wait_procs(bursts, timeout=30)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], "a remote burst outlived the Ctrl-C"
+    assert json.loads((out / "results.json").read_text())["status"] == "interrupted"
