@@ -6,12 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from perftune.engine.blocked import node_summary
 from perftune.engine.plan import load_plan, parse_set_options
 from perftune.engine.specs import make_spec
 from perftune.engine.sweep import SweepProgress, run_sweep
 from perftune.errors import UserError
+from perftune.io.files import RESULTS_NAME
 from perftune.io.plan import Plan
 from perftune.io.records import TrialResult
+from perftune.io.store import write_json_atomic
 from perftune.io.sweep_records import SweepResult
 from perftune.report.tables import write_tables
 from perftune.runner import run_trial
@@ -58,6 +61,8 @@ def sweep(plan: Plan, out: Path, plan_path: Optional[Path] = None, fresh: bool =
             result = run_sweep(plan, out, ray_executor, plan_path, fresh=fresh, progress=progress, command=command)
         finally:
             ray_executor.close()
+        result.nodes = node_summary(result)  # the within-node comparisons, beside the sweep's own verdicts
+        write_json_atomic(Path(out) / RESULTS_NAME, result.model_dump(mode="json"))
     else:
         result = run_sweep(plan, out, run_trial, plan_path, fresh=fresh, progress=progress, command=command)
     write_tables(result, Path(out))

@@ -99,3 +99,30 @@ def test_trials_are_grouped_by_the_node_that_ran_them():
                                _trial(50, None)])
     assert sorted(grouped) == ["aa", "bb", blocked.LOCAL_NODE]
     assert len(grouped["aa"].processes) == 2 and len(grouped["bb"].processes) == 1  # the failed one is left out
+
+
+def test_node_summary_of_a_cluster_sweep():
+    """Scripted sweep: node bb is 20% slower; the single ran on bb and is compared with bb's baseline only."""
+    from perftune.io.plan import Plan
+    from perftune.io.sweep_records import SweepResult, SweepTrial
+
+    a, b = NodeRecord(host="h1", node_id="aa"), NodeRecord(host="h2", node_id="bb")
+
+    def trial(kind, replicate, speed, node, label="baseline"):
+        r = _trial(speed, node)
+        r.windows = [r.windows[0].model_copy(update={"samples_per_s": speed * f}) for f in (0.99, 1.0, 1.01)]
+        return SweepTrial(trial_id=f"{kind}{replicate}{node.node_id}", label=label, kind=kind,
+                          replicate=replicate, verdict="baseline" if kind == "baseline" else "measured", result=r)
+
+    plan = Plan(name="s", workload="mlp")
+    trials = [trial("baseline", 0, 100, a), trial("baseline", 1, 80, b), trial("baseline", 2, 101, a),
+              trial("single", 0, 81, b, "+mode=pynative"), trial("single", 0, 100, NodeRecord(host="h3"), "+x=1")]
+    summary = blocked.node_summary(SweepResult(plan=plan, started_utc="now", trials=trials))
+    assert summary.hosts == {"aa": "h1", "bb": "h2", "h3": "h3"}
+    assert summary.trials_per_node == {"aa": 2, "bb": 2, "h3": 1}
+    assert summary.node_effect["bb"] / summary.node_effect["aa"] == pytest.approx(0.8, rel=0.01)
+    single, orphan = summary.blocked
+    assert single.node == "bb" and single.comparison.ratio == pytest.approx(81 / 80, rel=1e-6)
+    assert single.comparison.verdict == "not significant" and single.comparison.reference == "baseline on h2"
+    assert orphan.comparison is None and "no baseline" in orphan.note
+    assert blocked.node_summary(SweepResult(plan=plan, started_utc="now", trials=[])) is None

@@ -128,6 +128,11 @@ def test_a_sweep_on_two_nodes_has_the_local_layout_and_records_its_nodes(cluster
             assert (folder / record["profile"]["profile_dir"]).is_dir()
     # the two baseline runs went to the two nodes, so each node can compare with a baseline of its own
     assert {t["result"]["node"]["node_id"] for t in trials if t["kind"] == "baseline"} == worker_ids
+    nodes = results["nodes"]  # the node effect and the single against the baseline of its own node
+    assert set(nodes["trials_per_node"]) == worker_ids and set(nodes["node_effect"]) == worker_ids
+    [single] = nodes["blocked"]
+    assert single["label"] == "+prefetch_size=4" and single["comparison"]["reference"].startswith("baseline on ")
+    assert "vs the baseline of its node" in log
     for command in (["report", str(out)], ["compare", str(out), str(out), "--threshold", "50%"]):
         done = subprocess.run([sys.executable, "-m", "perftune.cli", *command], cwd=str(REPO),
                               capture_output=True, text=True, timeout=120)

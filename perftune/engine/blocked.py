@@ -9,8 +9,9 @@ measured in one process (a sweep's single) this is exactly ``stats.compare`` wit
 (same formula, same prior, same verdict rule), so a sweep on one machine decides as before.
 
 Interface: ``blocked_compare(reference, candidate, ...)`` takes ``{node: Measurement}`` for each side and returns a
-``stats.Comparison`` (or None when no node measured both sides); ``node_effect`` says how much the nodes differ on
-the reference; ``by_node`` groups ``TrialResult`` records by the node that ran them.  Pure: no processes, no I/O.
+``BlockedComparison`` holding a ``stats.Comparison`` (None when no node measured both sides); ``node_effect`` says how
+much the nodes differ on the reference; ``by_node`` groups ``TrialResult`` records by the node that ran them;
+``node_summary`` applies them to a finished ``SweepResult``.  Pure: no processes, no I/O.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from scipy import stats as sps
 
 from perftune.engine import stats
 from perftune.io.records import TrialResult
+from perftune.io.sweep_records import ComparisonRecord, NodeComparison, NodeSummary, SweepResult
 
 #: the block of trials that carry no node (a local sweep): they all ran on one machine
 LOCAL_NODE = "local"
@@ -117,3 +119,28 @@ def node_effect(reference: Mapping[str, stats.Measurement]) -> dict[str, float]:
     means = {n: float(m.process_means().mean()) for n, m in reference.items()}
     centre = float(np.mean(list(means.values())))
     return {n: math.exp(v - centre) for n, v in sorted(means.items())}
+
+
+def node_summary(result: SweepResult) -> Optional[NodeSummary]:
+    """Which node ran what, the node effect on the baseline, and every measured trial against its own node's
+    baseline; None for a sweep whose trials carry no node (a local sweep)."""
+    ran = [t for t in result.trials if t.result.node is not None]
+    if not ran:
+        return None
+    hosts = {node_of(t.result): t.result.node.host for t in ran}
+    per_node: dict[str, int] = {}
+    for t in ran:
+        per_node[node_of(t.result)] = per_node.get(node_of(t.result), 0) + 1
+    baseline = by_node(t.result for t in result.trials if t.kind == "baseline")
+    decision = result.plan.decision
+    rows = []
+    for t in result.trials:
+        if t.kind == "baseline" or t.result.status != "ok":
+            continue
+        node = node_of(t.result)
+        b = blocked_compare(baseline, by_node([t.result]), decision.confidence, decision.min_gain)
+        record = ComparisonRecord(reference=f"baseline on {hosts.get(node, node)}", **b.comparison.as_dict()) \
+            if b is not None else None
+        rows.append(NodeComparison(trial_id=t.trial_id, label=t.label, node=node, comparison=record,
+                                   note="" if b else "its node measured no baseline (baseline_runs < nodes)"))
+    return NodeSummary(hosts=hosts, trials_per_node=per_node, node_effect=node_effect(baseline), blocked=rows)

@@ -17,7 +17,7 @@ from perftune.io.plan import BurstSettings, DistributedSettings
 
 #: Bumped whenever a field changes meaning or disappears; ``perftune.io.schema`` upgrades older files step by step
 #: and refuses newer ones.  Version 2: ``notes`` are ``Note`` records instead of strings.  Version 3: a trial may
-#: record the cluster ``node`` that ran it (``NodeRecord``; absent for a local trial).
+#: record the cluster ``node`` that ran it (``NodeRecord``), a sweep its ``nodes`` (both absent when run locally).
 TRIAL_SCHEMA_VERSION = 3
 RESULTS_SCHEMA_VERSION = 3
 

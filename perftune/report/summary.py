@@ -78,7 +78,25 @@ def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) 
                      f"(95% CI {b.ci_low:.2f}-{b.ci_high:.2f})")
     elif result.best_label:
         lines.append(f"best: {result.best_label}")
+    lines += node_lines(result)
     lines.append(f"tables: {out_dir / 'ablation.md'}, {out_dir / 'ablation.csv'}; results: {out_dir / RESULTS_NAME}")
     if report_path:
         lines.append(f"report: {report_path}")
     return "\n".join(lines)
+
+
+def node_lines(result: SweepResult) -> list[str]:
+    """A cluster sweep (``--executor ray``): trials per node, the node effect, each trial against its node's baseline."""
+    nodes = result.nodes
+    if nodes is None:
+        return []
+    lines = []
+    for node, n in sorted(nodes.trials_per_node.items()):
+        effect = nodes.node_effect.get(node)
+        lines.append(f"node {nodes.hosts.get(node, node)} ({node[:8]}): {n} trial(s)"
+                     + (f", baseline x{effect:.3f} of the nodes' mean" if effect is not None else ""))
+    for row in nodes.blocked:
+        c = row.comparison
+        lines.append(f"  {row.label} vs the baseline of its node: "
+                     + (f"x{c.ratio:.2f} [{c.ci_low:.2f}, {c.ci_high:.2f}] {c.verdict}" if c else row.note))
+    return lines
