@@ -137,6 +137,10 @@ def test_a_sweep_on_two_nodes_has_the_local_layout_and_records_its_nodes(cluster
         done = subprocess.run([sys.executable, "-m", "perftune.cli", *command], cwd=str(REPO),
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
+    assert "Ray cluster: node " in (out / "report.html").read_text()  # the node effect, shown in the report
+    import perftune
+
+    assert set(perftune.load_results(out).trials["node_id"]) == worker_ids
     # resume: every trial reused, nothing sent to the cluster again
     again = start_sweep(plan, out, cluster.address)
     assert again.wait(timeout=120) == 0

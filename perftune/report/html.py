@@ -24,6 +24,7 @@ from perftune.report import figures
 from perftune.report.format import is_missing, num
 from perftune.report.load import SweepFolder
 from perftune.report.notes import bottleneck_note
+from perftune.report.summary import node_lines
 from perftune.report.tables import ablation_table, loo_table, singles_table
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -171,6 +172,7 @@ def _summary(folder: SweepFolder, metric: str) -> dict:
         "git_commit": env.git_commit if env else None,
         "aa": aa_text, "aa_class": aa_class, "aa_note": aa_note,
         "order_rule": res.order_rule,
+        "nodes": node_lines(res),  # a sweep on a Ray cluster: trials per node, node effect, within-node comparisons
     }
 
 
