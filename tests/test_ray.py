@@ -21,7 +21,8 @@ import pytest
 
 from conftest import REPO, TINY_MLP, write_plan
 
-ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'perftune[ray]'); .ci/run installs it")
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'perftune[ray]'; the test extra has it)")
+pytestmark = pytest.mark.ray
 
 BURST = {"warmup_steps": 1, "steps": 6, "repeats": 2, "profile_steps": 2, "timeout_s": 180}
 NODE_ARGS = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "resources": {"perftune": 1}}
