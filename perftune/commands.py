@@ -9,7 +9,8 @@ from typing import Optional
 from perftune.engine.blocked import node_summary
 from perftune.engine.plan import load_plan, parse_set_options
 from perftune.engine.specs import make_spec
-from perftune.engine.sweep import SweepProgress, run_sweep
+from perftune.engine.progress import SweepProgress
+from perftune.engine.sweep import run_sweep
 from perftune.errors import UserError
 from perftune.io.files import RESULTS_NAME
 from perftune.io.plan import Plan

@@ -131,7 +131,8 @@ def test_a_sweep_on_two_nodes_has_the_local_layout_and_records_its_nodes(cluster
     results = json.loads((out / "results.json").read_text())
     assert results["command"].endswith(f"--executor ray --address {cluster.address}")
     trials = results["trials"]
-    assert [t["kind"] for t in trials] == ["baseline", "single", "baseline"]
+    kinds = [t["kind"] for t in trials]
+    assert kinds[0] == "baseline" and kinds.count("single") == 1 and kinds.count("baseline") >= 2, kinds
     worker_ids = {n.node_id for n in cluster.workers}
     for t in trials:
         folder = out / "trials" / t["trial_id"]
@@ -160,7 +161,7 @@ def test_a_sweep_on_two_nodes_has_the_local_layout_and_records_its_nodes(cluster
     again = start_sweep(plan, out, cluster.address)
     assert again.wait(timeout=120) == 0
     resumed = json.loads((out / "results.json").read_text())["trials"]
-    assert [t["reused"] for t in resumed] == [True, True, True]
+    assert len(resumed) == len(trials) and all(t["reused"] for t in resumed)
 
 
 def test_a_node_that_dies_mid_trial_is_replaced_and_recorded(cluster, tmp_path):

@@ -133,14 +133,17 @@ def node_summary(result: SweepResult) -> Optional[NodeSummary]:
         per_node[node_of(t.result)] = per_node.get(node_of(t.result), 0) + 1
     baseline = by_node(t.result for t in result.trials if t.kind == "baseline")
     decision = result.plan.decision
-    rows = []
+    configs: dict[str, list] = {}  # label -> every process of that configuration (its repeats included)
     for t in result.trials:
-        if t.kind == "baseline" or t.result.status != "ok":
-            continue
-        node = node_of(t.result)
-        b = blocked_compare(baseline, by_node([t.result]), decision.confidence, decision.min_gain)
-        record = ComparisonRecord(reference=f"baseline on {hosts.get(node, node)}", **b.comparison.as_dict()) \
-            if b is not None else None
-        rows.append(NodeComparison(trial_id=t.trial_id, label=t.label, node=node, comparison=record,
-                                   note="" if b else "its node measured no baseline (baseline_runs < nodes)"))
+        if t.kind != "baseline" and t.result.status == "ok":
+            configs.setdefault(t.label, []).append(t)
+    rows = []
+    for label, trials in configs.items():
+        b = blocked_compare(baseline, by_node(t.result for t in trials), decision.confidence, decision.min_gain)
+        nodes = sorted({node_of(t.result) for t in trials})
+        reference = "baseline on " + ", ".join(hosts.get(n, n) for n in (b.nodes if b else nodes))
+        record = ComparisonRecord(reference=reference, **b.comparison.as_dict()) if b is not None else None
+        note = "" if b is None or not b.unpaired else f"left out: {len(b.unpaired)} node(s) without a baseline"
+        rows.append(NodeComparison(trial_id=trials[0].trial_id, label=label, node=",".join(nodes),
+                                   comparison=record, note=note if b else "its node measured no baseline"))
     return NodeSummary(hosts=hosts, trials_per_node=per_node, node_effect=node_effect(baseline), blocked=rows)

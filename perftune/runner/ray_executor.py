@@ -7,8 +7,8 @@ node offers once (``ray start --resources '{"perftune": 1}'``): trials never sha
 the profile files) and returns it; the driver unpacks it under ``trials/<id>/``, so the results folder has a local
 sweep's layout.  The node is recorded in the trial (``TrialResult.node``).
 
-Baseline runs are spread over the nodes (run ``r`` on node ``r mod nodes``), so every node that measures
-candidates can also be compared with a baseline of its own (``perftune.engine.blocked``).  A trial whose node or
+Runs are spread over the nodes by replicate (run ``r`` of any configuration on node ``r mod nodes``), so every
+node that measures a candidate also measures the baseline (``perftune.engine.blocked``).  A trial whose node or
 Ray worker dies under it is run again elsewhere, up to ``max_attempts``, then recorded as failed with the reason.
 Ctrl-C cancels the running task (its burst is stopped with it).  Ray is imported here only, and only when used.
 """
@@ -116,10 +116,11 @@ class RayExecutor:
         self.started_ray = False
 
     def _options(self, spec: TrialSpec, attempt: int) -> dict[str, Any]:
-        """One ``perftune`` resource, retries are ours; baseline run ``r`` prefers node ``r mod nodes`` (soft: another
-        node if that one is gone); other trials go where Ray finds the resource free."""
+        """One ``perftune`` resource, retries are ours, and run ``r`` of every configuration prefers node
+        ``r mod nodes`` (soft: another node if that one is gone): the baseline and each candidate are measured on the
+        same nodes, so each node is a block with both sides (``perftune.engine.blocked``)."""
         options: dict[str, Any] = {"num_cpus": 0, "resources": {RESOURCE: 1}, "max_retries": 0}
-        nodes = self.nodes() if spec.label == "baseline" else []
+        nodes = self.nodes()
         if len(nodes) < 2:
             return options
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
