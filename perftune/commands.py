@@ -56,7 +56,8 @@ def sweep(plan: Plan, out: Path, plan_path: Optional[Path] = None, fresh: bool =
     if (executor or plan.executor) == "ray":
         from perftune.runner.ray_executor import RayExecutor
 
-        ray_executor = RayExecutor(address or plan.ray.address, plan.ray.max_attempts)
+        ray_executor = RayExecutor(address or plan.ray.address, plan.ray.max_attempts,
+                                   announce=progress.start if progress is not None else None)
         try:
             ray_executor.connect()
             result = run_sweep(plan, out, ray_executor, plan_path, fresh=fresh, progress=progress, command=command)

@@ -22,7 +22,7 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from perftune.errors import UserError
 from perftune.io.files import SPEC_NAME, TRIAL_NAME, read_trial_if_present
@@ -83,10 +83,12 @@ def unpack(archive: bytes, trial_dir: Path) -> None:
 class RayExecutor:
     """Runs each trial as a Ray task on a node with a free ``perftune`` resource; call ``close()`` when done."""
 
-    def __init__(self, address: Optional[str] = None, max_attempts: int = 3):
+    def __init__(self, address: Optional[str] = None, max_attempts: int = 3,
+                 announce: Optional[Callable[[str], None]] = None):
         self.ray = import_ray()
         self.address = address
         self.max_attempts = max_attempts
+        self.announce = announce  # told "<label> on <host>" when a trial is sent (the progress bar's description)
         self.started_ray = False
         self.remote = None
 
@@ -108,7 +110,12 @@ class RayExecutor:
 
     def nodes(self) -> list[str]:
         """Ids of the alive nodes that can run a trial, in a stable order."""
-        return sorted(n["NodeID"] for n in self.ray.nodes() if n.get("Alive") and n["Resources"].get(RESOURCE, 0) >= 1)
+        return sorted(self.hosts())
+
+    def hosts(self) -> dict[str, str]:
+        """Node id -> host name of the alive nodes that can run a trial."""
+        return {n["NodeID"]: n.get("NodeManagerHostname") or n.get("NodeManagerAddress") or n["NodeID"][:8]
+                for n in self.ray.nodes() if n.get("Alive") and n["Resources"].get(RESOURCE, 0) >= 1}
 
     def close(self) -> None:
         if self.started_ray and self.ray.is_initialized():
@@ -148,7 +155,13 @@ class RayExecutor:
     def _attempt(self, spec: TrialSpec, attempt: int) -> dict | str:
         """One run of the task: its packed result, or one line saying why it was lost."""
         ray = self.ray
-        ref = self.remote.options(**self._options(spec, attempt)).remote(spec.model_dump(mode="json"))
+        options = self._options(spec, attempt)
+        if self.announce is not None:
+            target = getattr(options.get("scheduling_strategy"), "node_id", None)
+            where = f"{self.hosts().get(target, '?')} ({target[:8]})" if target else "a free node"
+            run = f" (run {spec.replicate + 1})" if spec.replicate else ""
+            self.announce(f"{spec.label}{run} on {where}" + (f", attempt {attempt + 1}" if attempt else ""))
+        ref = self.remote.options(**options).remote(spec.model_dump(mode="json"))
         no_node_since: Optional[float] = None
         try:
             while True:
