@@ -162,8 +162,15 @@ def run(plan_path: Path, overrides: tuple[str, ...], out_dir: Path | None) -> No
 @click.option("--fresh", is_flag=True, help="Start over instead of reusing finished trials.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
 @click.option("--report/--no-report", default=True, help="Write report.html at the end.")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default=None,
+              help="Where the bursts run: here (local), or one Ray task per trial on a Ray cluster's nodes (ray; "
+                   "needs pip install 'perftune[ray]').  Default: the plan's executor, else local.")
+@click.option("--address", default=None, metavar="HOST:PORT",
+              help="The Ray cluster's head (with --executor ray; default: the plan's ray.address, else the cluster "
+                   "started on this machine).")
 @user_errors
-def sweep(plan_path: Path, out_dir: Path | None, fresh: bool, progress: bool, report: bool) -> None:
+def sweep(plan_path: Path, out_dir: Path | None, fresh: bool, progress: bool, report: bool, executor: str | None,
+          address: str | None) -> None:
     """Run the sweep of PLAN_PATH: baseline, one variable at a time, stack what helped; resumable."""
     from perftune.commands import plan_output_dir
     from perftune.commands import sweep as run_sweep
@@ -174,6 +181,7 @@ def sweep(plan_path: Path, out_dir: Path | None, fresh: bool, progress: bool, re
     plan = load_plan(plan_path)
     out = out_dir or plan_output_dir(plan, plan_path)
     argv = ["sweep", str(plan_path)] + (["--out", str(out_dir)] if out_dir else [])
+    argv += (["--executor", executor] if executor else []) + (["--address", address] if address else [])
     command = "perftune " + " ".join(shlex.quote(a) for a in argv)
     terminated = []
 
@@ -184,7 +192,8 @@ def sweep(plan_path: Path, out_dir: Path | None, fresh: bool, progress: bool, re
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         result = run_sweep(plan, out, plan_path, fresh=fresh, progress=SweepProgressDisplay(progress),
-                           command=command, report=report, say=lambda line: click.echo(f"perftune: {line}", err=True))
+                           command=command, report=report, say=lambda line: click.echo(f"perftune: {line}", err=True),
+                           executor=executor, address=address)
     except KeyboardInterrupt:
         again = shlex.join(["perftune", *argv])
         why = "terminated (SIGTERM)" if terminated else "interrupted"

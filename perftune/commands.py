@@ -7,6 +7,7 @@ import errno
 from pathlib import Path
 from typing import Callable, Optional
 
+from perftune.engine.blocked import node_summary
 from perftune.engine.plan import load_plan, parse_set_options
 from perftune.engine.specs import make_spec
 from perftune.engine.progress import SweepProgress
@@ -15,7 +16,10 @@ from perftune.engine.sweep import run_sweep, utc_now
 from perftune.io.outdir import (cannot_write, check_own_folder, check_own_trial_folder, check_profiler_path, clear_own,
                                 lock_folder, mark_own)
 from perftune.io.plan import Plan, ScriptWorkload
+from perftune.errors import UserError
+from perftune.io.files import RESULTS_NAME
 from perftune.io.records import TrialResult
+from perftune.io.store import write_json_atomic
 from perftune.io.sweep_records import SweepResult
 from perftune.report.tables import write_tables
 from perftune.runner import run_trial
@@ -54,10 +58,18 @@ def run_one(plan_path: Path, overrides, out_dir: Path | None) -> tuple[TrialResu
 
 def sweep(plan: Plan, out: Path, plan_path: Optional[Path] = None, fresh: bool = False,
           progress: Optional[SweepProgress] = None, command: str = "", report: bool = False,
-          say: Callable[[str], None] = lambda line: None) -> SweepResult:
+          say: Callable[[str], None] = lambda line: None, executor: Optional[str] = None,
+          address: Optional[str] = None) -> SweepResult:
     """``perftune sweep``: run (or resume) the sweep with real bursts, then write the ablation tables (and the
-    report, ``out/report.html``).  The folder must be perftune's own and is locked for the whole run."""
+    report, ``out/report.html``).  The folder must be perftune's own and is locked for the whole run.
+
+    ``executor`` (default: the plan's ``executor``): ``local`` runs each burst here, ``ray`` as a task on a Ray
+    cluster's node (``address``, default the plan's ``ray.address``); the results folder is the same either way.
+    """
     out = Path(out)
+    executor = executor or plan.executor
+    if address and executor != "ray":
+        raise UserError("--address: only with --executor ray (or executor: ray in the plan)")
     check_own_folder(out)
     if plan.burst.profile_steps > 0:
         check_profiler_path(out)
@@ -70,7 +82,21 @@ def sweep(plan: Plan, out: Path, plan_path: Optional[Path] = None, fresh: bool =
             kept = clear_own(out)
             if kept:
                 say(f"--fresh left {len(kept)} item(s) perftune did not write in place: {', '.join(kept[:3])}")
-        result = run_sweep(plan, out, run_trial, plan_path, fresh=False, progress=progress, command=command)
+        if executor == "ray":
+            from perftune.runner.ray_executor import RayExecutor
+
+            ray_executor = RayExecutor(address or plan.ray.address, plan.ray.max_attempts,
+                                       announce=progress.start if progress is not None else None)
+            try:
+                ray_executor.connect()
+                result = run_sweep(plan, out, ray_executor, plan_path, fresh=False, progress=progress,
+                                   command=command)
+            finally:
+                ray_executor.close()
+            result.nodes = node_summary(result)  # the within-node comparisons, beside the sweep's own verdicts
+            write_json_atomic(out / RESULTS_NAME, result.model_dump(mode="json"))
+        else:
+            result = run_sweep(plan, out, run_trial, plan_path, fresh=False, progress=progress, command=command)
         write_tables(result, out)
         if report:
             from perftune.report import write_report

@@ -35,23 +35,23 @@ def v1_copy(tmp_path) -> Path:
 
 def test_the_fixture_is_version_1():
     raw = json.loads((V1 / "results.json").read_text())
-    assert raw["schema_version"] == 1 and RESULTS_SCHEMA_VERSION == 2 and TRIAL_SCHEMA_VERSION == 2
+    assert raw["schema_version"] == 1 and RESULTS_SCHEMA_VERSION == 3 and TRIAL_SCHEMA_VERSION == 3
     assert any(SINK_NOTE in t["result"]["notes"] for t in raw["trials"])
 
 
 def test_version_1_results_load_through_the_upgrade():
     sweep = read_sweep(V1)
-    assert sweep.schema_version == 2 and sweep.status == "complete"
+    assert sweep.schema_version == RESULTS_SCHEMA_VERSION and sweep.status == "complete"
     assert sweep.plan.name == "v1-fixture" and sweep.plan.burst.steps == 25  # typed, not a dict
     by_label = {t.label: t for t in sweep.trials}
     sink = by_label["+dataset_sink_mode=true"]
     assert sink.verdict == "no effect" and sink.reason == SINK_NOTE
-    assert sink.result.schema_version == 2
+    assert sink.result.schema_version == TRIAL_SCHEMA_VERSION
     assert sink.result.notes == [Note(kind="no_effect", knob="dataset_sink_mode", text=SINK_NOTE)]
     assert by_label["baseline"].result.notes == []
     for t in sweep.trials:
         full = read_trial(V1 / "trials" / t.trial_id)
-        assert full.schema_version == 2 and full.notes == t.result.notes and full.steps
+        assert full.schema_version == TRIAL_SCHEMA_VERSION and full.notes == t.result.notes and full.steps
 
 
 def test_version_1_results_feed_the_readers_downstream(v1_copy):
@@ -85,7 +85,7 @@ def test_a_resumed_version_1_sweep_reuses_its_trials(v1_copy):
     result = Sweep(plan, v1_copy, only_the_new_baseline_repeat).run()
     assert [t.reused for t in result.trials] == [True, True, False] and len(ran) == 1
     assert [t.verdict for t in result.trials] == ["baseline", "no effect", "baseline"]
-    assert json.loads((v1_copy / "results.json").read_text())["schema_version"] == 2
+    assert json.loads((v1_copy / "results.json").read_text())["schema_version"] == RESULTS_SCHEMA_VERSION
 
 
 @pytest.mark.parametrize("damage, why", [
@@ -110,12 +110,13 @@ def test_files_newer_than_this_perftune_are_refused_in_one_line(v1_copy, tmp_pat
     from perftune.cli import main
 
     data = json.loads((v1_copy / "results.json").read_text())
-    data["schema_version"] = 3
+    data["schema_version"] = RESULTS_SCHEMA_VERSION + 1
     (v1_copy / "results.json").write_text(json.dumps(data))
     result = CliRunner().invoke(main, ["report", str(v1_copy)])
     assert result.exit_code == 2
     assert result.output.strip().count("\n") == 0
-    assert "results schema version 3 is newer than this perftune reads (2)" in result.output
+    newer = RESULTS_SCHEMA_VERSION + 1
+    assert f"results schema version {newer} is newer than this perftune reads ({RESULTS_SCHEMA_VERSION})" in result.output
 
 
 @pytest.mark.parametrize("text, kind, knob", [

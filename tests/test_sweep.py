@@ -47,7 +47,7 @@ def assert_consistent(result: SweepResult, out: Path) -> None:
 
 def test_data_bound_sweep_runs_every_trial_and_records_its_decisions(quick_sweep):
     result = SweepResult.model_validate_json((quick_sweep / "results.json").read_text())
-    assert result.status == "complete" and result.schema_version == 2
+    assert result.status == "complete" and result.schema_version == 3
     singles = by_label(result)
     assert set(singles) == {"+num_parallel_workers=2", "+mode=pynative"}
     for t in singles.values():

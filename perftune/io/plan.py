@@ -104,6 +104,16 @@ class ScriptWorkload(PlanRecord):
         return f"script:{Path(self.script).name}"
 
 
+class RaySettings(PlanRecord):
+    """Where a ``executor: ray`` sweep sends its trials (``perftune sweep --executor ray``, README "Running on a Ray
+    cluster").  Every node offers the custom resource ``perftune: 1``, so one trial runs per node at a time."""
+
+    #: the cluster's head, ``HOST:PORT`` (``ray start --head`` prints it); None: the cluster running on this machine
+    address: Optional[str] = Field(None, min_length=1, max_length=300)
+    #: runs of a trial whose node (or Ray worker) died under it, before it is recorded as failed
+    max_attempts: int = Field(3, ge=1, le=10)
+
+
 class Plan(PlanRecord):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=80)
     workload: Union[str, ScriptWorkload]
@@ -117,3 +127,6 @@ class Plan(PlanRecord):
     decision: DecisionRule = Field(default_factory=DecisionRule)
     output_dir: Optional[str] = None
     distributed: Optional[DistributedSettings] = None
+    #: where the trials run: this machine, or one Ray task each on a Ray cluster's nodes (``ray``)
+    executor: Literal["local", "ray"] = "local"
+    ray: RaySettings = Field(default_factory=RaySettings)

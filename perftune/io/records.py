@@ -16,9 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from perftune.io.plan import BurstSettings, DistributedSettings, ScriptWorkload
 
 #: Bumped whenever a field changes meaning or disappears; ``perftune.io.schema`` upgrades older files step by step
-#: and refuses newer ones.  Version 2: ``notes`` are ``Note`` records instead of strings.
-TRIAL_SCHEMA_VERSION = 2
-RESULTS_SCHEMA_VERSION = 2
+#: and refuses newer ones.  Version 2: ``notes`` are ``Note`` records instead of strings.  Version 3: a trial may
+#: record the cluster ``node`` that ran it (``NodeRecord``), a sweep its ``nodes`` (both absent when run locally).
+TRIAL_SCHEMA_VERSION = 3
+RESULTS_SCHEMA_VERSION = 3
 
 TrialStatus = Literal["ok", "failed", "timeout", "oom", "unsupported"]
 PHASES = ("data", "forward", "backward", "optimizer", "communication", "other")
@@ -211,6 +212,21 @@ class RankSummary(Record):
     allocator_peak_bytes: Optional[int] = None
 
 
+class NodeRecord(Record):
+    """The cluster node that ran a trial (``perftune sweep --executor ray``); a local trial has none.
+
+    The sweep compares a trial with the baseline of its own node (``perftune.engine.blocked``), so a slow machine
+    does not look like a slow knob.
+    """
+
+    executor: Literal["ray"] = "ray"
+    host: str
+    node_id: Optional[str] = None  # Ray's node id (hex)
+    ip: Optional[str] = None
+    attempts: int = Field(1, ge=1)  # > 1: an earlier attempt was lost with its node and the trial was re-run
+    lost: list[str] = Field(default_factory=list)  # why each earlier attempt was lost, one line each
+
+
 class TrialResult(Record):
     """Everything one burst measured; written atomically as ``trial.json``."""
 
@@ -255,6 +271,7 @@ class TrialResult(Record):
     ranks: list[RankSummary] = Field(default_factory=list)  # every rank, sorted by rank
     straggler_rank: Optional[int] = None  # the rank with the slowest median timed step
     rank_spread: Optional[float] = None  # (slowest - fastest) / fastest median timed step over the ranks
+    node: Optional[NodeRecord] = None  # the cluster node that ran it (schema 3); None: run locally
 
 
 class TrialSpec(Record):

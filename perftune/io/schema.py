@@ -50,9 +50,25 @@ def results_upgrade_to_2(data: dict) -> dict:
     return data
 
 
+def trial_upgrade_to_3(data: dict) -> dict:
+    """Version 2 -> 3: the optional ``node`` (the cluster node that ran the trial) appeared; a version-2 trial ran
+    locally, which is what an absent ``node`` means, so only the version changes."""
+    data["schema_version"] = 3
+    return data
+
+
+def results_upgrade_to_3(data: dict) -> dict:
+    """Version 2 -> 3: every trial's ``result`` as in ``trial_upgrade_to_3``."""
+    for trial in data.get("trials") or []:
+        if isinstance(trial, dict) and isinstance(trial.get("result"), dict):
+            trial_upgrade_to_3(trial["result"])
+    data["schema_version"] = 3
+    return data
+
+
 #: version N -> the step that turns a file of version N - 1 into version N
-TRIAL_UPGRADES: dict[int, Callable[[dict], dict]] = {2: trial_upgrade_to_2}
-RESULTS_UPGRADES: dict[int, Callable[[dict], dict]] = {2: results_upgrade_to_2}
+TRIAL_UPGRADES: dict[int, Callable[[dict], dict]] = {2: trial_upgrade_to_2, 3: trial_upgrade_to_3}
+RESULTS_UPGRADES: dict[int, Callable[[dict], dict]] = {2: results_upgrade_to_2, 3: results_upgrade_to_3}
 
 
 def _upgrade(data: dict, path: Path, what: str, current: int, steps: dict[int, Callable[[dict], dict]]) -> dict:

@@ -68,6 +68,26 @@ class StackStep(Record):
     reason: str = ""
 
 
+class NodeComparison(Record):
+    """A configuration (all its runs) against the baseline runs of the same nodes (``perftune.engine.blocked``)."""
+
+    trial_id: str  # its first run
+    label: str
+    node: str  # the node ids (or hosts) that ran it, comma-separated
+    comparison: Optional[ComparisonRecord] = None  # None: its node measured no baseline
+    note: str = ""
+
+
+class NodeSummary(Record):
+    """Where a sweep's trials ran (``--executor ray``): the node effect and the within-node comparisons."""
+
+    hosts: dict[str, str] = Field(default_factory=dict)  # node id -> host name
+    trials_per_node: dict[str, int] = Field(default_factory=dict)
+    #: each node's baseline throughput relative to the mean over nodes (0.8: 20% slower); empty with one node
+    node_effect: dict[str, float] = Field(default_factory=dict)
+    blocked: list[NodeComparison] = Field(default_factory=list)
+
+
 class SweepResult(Record):
     """``results.json``: everything a report, a notebook or ``perftune compare`` needs."""
 
@@ -92,3 +112,4 @@ class SweepResult(Record):
     best_trial_id: Optional[str] = None
     best_vs_baseline: Optional[ComparisonRecord] = None
     environment: Optional[Environment] = None
+    nodes: Optional[NodeSummary] = None  # a sweep on a cluster (schema 3): which node ran what, the node effect

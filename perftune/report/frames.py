@@ -34,7 +34,8 @@ def load_results(path: str | Path) -> Results:
         acc = r.accuracy
         rows.append({
             "trial_id": t.trial_id, "label": t.label, "kind": t.kind, "replicate": t.replicate,
-            "verdict": t.verdict, "reason": t.reason, "status": r.status, **{f"knob.{k}": v for k, v in r.knobs.items()},
+            "verdict": t.verdict, "reason": t.reason, "status": r.status,
+            "node": r.node.host if r.node else None, "node_id": r.node.node_id if r.node else None, **{f"knob.{k}": v for k, v in r.knobs.items()},
             "samples_per_s": r.samples_per_s, "tokens_per_s": r.tokens_per_s, "step_ms_median": r.step_ms_median,
             "compile_ms": r.compile_ms, "speedup": c.ratio if c else None, "speedup_ci_low": c.ci_low if c else None,
             "speedup_ci_high": c.ci_high if c else None,

@@ -25,7 +25,7 @@ from perftune.report.extra import extra_context
 from perftune.report.format import is_missing, num
 from perftune.report.load import SweepFolder
 from perftune.report.notes import bottleneck_note
-from perftune.report.summary import comparison_lines, noise_line
+from perftune.report.summary import comparison_lines, node_lines, noise_line
 from perftune.report.tables import ablation_table, loo_table, optional_columns, singles_table
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -185,6 +185,7 @@ def _summary(folder: SweepFolder, metric: str) -> dict:
         "order_rule": res.order_rule,
         "noise": noise_line(res),
         "decisions": comparison_lines(res),
+        "nodes": node_lines(res),  # a sweep on a Ray cluster: trials per node, node effect, within-node comparisons
     }
 
 

@@ -112,6 +112,7 @@ def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) 
         lines.append(f"best: {result.best_label}")
     lines += _language_lines(result)
     lines += [f"accuracy gate: {line}" for line in gate_cannot_judge(result)]
+    lines += node_lines(result)
     lines.append(f"tables: {out_dir / 'ablation.md'}, {out_dir / 'ablation.csv'}; results: {out_dir / RESULTS_NAME}")
     if report_path:
         lines.append(f"report: {report_path}")
@@ -127,4 +128,21 @@ def _language_lines(result: SweepResult) -> list[str]:
     best = next((t for t in result.trials if t.trial_id == result.best_trial_id), None)
     if best is not None and best.trial_id != base.trial_id and best.result.status == "ok":
         lines.append(f"{result.best_label}: {lm.progress_text(best.result)}")
+    return lines
+
+
+def node_lines(result: SweepResult) -> list[str]:
+    """A cluster sweep (``--executor ray``): trials per node, the node effect, each trial against its node's baseline."""
+    nodes = result.nodes
+    if nodes is None:
+        return []
+    lines = []
+    for node, n in sorted(nodes.trials_per_node.items()):
+        effect = nodes.node_effect.get(node)
+        lines.append(f"node {nodes.hosts.get(node, node)} ({node[:8]}): {n} trial(s)"
+                     + (f", baseline x{effect:.3f} of the nodes' mean" if effect is not None else ""))
+    for row in nodes.blocked:
+        c = row.comparison
+        lines.append(f"  {row.label} vs the baseline of its node: "
+                     + (f"x{c.ratio:.2f} [{c.ci_low:.2f}, {c.ci_high:.2f}] {c.verdict}" if c else row.note))
     return lines

@@ -1,0 +1,212 @@
+"""``perftune sweep --executor ray`` on a real Ray cluster started on this machine (loopback).
+
+The cluster (``ray.cluster_utils.Cluster``): a head that runs no trial (no ``perftune`` resource) and two worker
+nodes with ``perftune: 1`` each, as the README's ``ray start`` lines set up real machines.  The sweeps are real
+bursts, started as a separate driver process (``python -m perftune.cli sweep``), so a test can kill a node or the
+driver while a trial runs.  Tests check files, records and clean-up, never which configuration ran faster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import REPO, TINY_MLP, write_plan
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'perftune[ray]'; the test extra has it)")
+pytestmark = pytest.mark.ray
+
+BURST = {"warmup_steps": 1, "steps": 6, "repeats": 2, "profile_steps": 2, "timeout_s": 180}
+NODE_ARGS = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "resources": {"perftune": 1}}
+
+
+def ray_processes(pids: set[int]) -> list[psutil.Process]:
+    alive = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            if p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def start_cluster():
+    """Head + two trial nodes.  Ray gives a node 30 s to register (hard-coded); on this loaded 2-core machine that
+    is sometimes too short, so one more try before the test fails."""
+    from ray.cluster_utils import Cluster
+
+    for attempt in range(2):
+        c = Cluster()
+        try:
+            c.add_node(num_cpus=1, object_store_memory=80 * 1024 * 1024, include_dashboard=False)  # head: no trials
+            c.workers = [c.add_node(**NODE_ARGS) for _ in range(2)]
+            c.wait_for_nodes()
+            return c
+        except Exception:
+            c.shutdown()
+            if attempt:
+                raise
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Head (no trials) + two worker nodes offering ``perftune: 1``; shut down, and checked gone, at the end."""
+    print(f"\n[uptime] {os.getloadavg()}", file=sys.stderr)
+    old_path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), old_path) if p)  # the nodes run this tree
+    started = time.perf_counter()
+    c = None
+    try:
+        c = start_cluster()
+        print(f"[cluster up in {time.perf_counter() - started:.0f} s]", file=sys.stderr)
+        yield c
+    finally:
+        ours = {p.pid for p in descendants(os.getpid())}
+        if c is not None:
+            c.shutdown()
+        if old_path is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old_path
+        deadline = time.monotonic() + 30
+        while ray_processes(ours) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = ray_processes(ours)
+        for p in left:  # only processes this fixture's cluster started, by pid
+            p.kill()
+        assert not left, f"Ray processes outlived the cluster: {[p.cmdline()[:2] for p in left]}"
+
+
+def start_sweep(plan: Path, out: Path, address: str, *extra: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "perftune.cli", "sweep", str(plan), "--out", str(out), "--no-progress",
+           "--executor", "ray", "--address", address, *extra]
+    return subprocess.Popen(cmd, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 400) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        pytest.fail(f"the sweep did not finish in {timeout:g} s:\n{out}")
+    return out
+
+
+def bursts_on(node) -> list[psutil.Process]:
+    """The burst processes running under ``node``'s raylet (ours only, not other sessions' bursts)."""
+    return [p for p in descendants(node.all_processes["raylet"][0].process.pid)
+            if "perftune.burst" in " ".join(p.cmdline())]
+
+
+def test_a_sweep_on_two_nodes_has_the_local_layout_and_records_its_nodes(cluster, tmp_path):
+    plan = write_plan(tmp_path, name="rayt", workload_params=dict(TINY_MLP), burst=BURST,
+                      variables={"prefetch_size": [4]}, decision={"baseline_runs": 2})
+    out = tmp_path / "out"
+    started = time.perf_counter()
+    proc = start_sweep(plan, out, cluster.address)
+    log = finish(proc)
+    print(f"[ray sweep: {time.perf_counter() - started:.0f} s, load {os.getloadavg()}]", file=sys.stderr)
+    assert proc.returncode == 0, log
+    for name in ("results.json", "ablation.md", "ablation.csv", "report.html"):
+        assert (out / name).is_file(), name
+    results = json.loads((out / "results.json").read_text())
+    assert results["command"].endswith(f"--executor ray --address {cluster.address}")
+    trials = results["trials"]
+    kinds = [t["kind"] for t in trials]
+    assert kinds[0] == "baseline" and kinds.count("single") == 1 and kinds.count("baseline") >= 2, kinds
+    worker_ids = {n.node_id for n in cluster.workers}
+    for t in trials:
+        folder = out / "trials" / t["trial_id"]
+        assert {"trial.json", "spec.json", "burst.log"} <= {p.name for p in folder.iterdir()}
+        record = json.loads((folder / "trial.json").read_text())
+        assert record["status"] == "ok" and record["node"]["node_id"] in worker_ids
+        assert record["node"] == t["result"]["node"] and record["node"]["attempts"] == 1
+        if record["profile"] and record["profile"]["profile_dir"]:  # the profile came back with the trial
+            assert (folder / record["profile"]["profile_dir"]).is_dir()
+    # the two baseline runs went to the two nodes, so each node can compare with a baseline of its own
+    assert {t["result"]["node"]["node_id"] for t in trials if t["kind"] == "baseline"} == worker_ids
+    nodes = results["nodes"]  # the node effect and the single against the baseline of its own node
+    assert set(nodes["trials_per_node"]) == worker_ids and set(nodes["node_effect"]) == worker_ids
+    [single] = nodes["blocked"]
+    assert single["label"] == "+prefetch_size=4" and single["comparison"]["reference"].startswith("baseline on ")
+    assert "vs the baseline of its node" in log
+    for command in (["report", str(out)], ["compare", str(out), str(out), "--threshold", "50%"]):
+        done = subprocess.run([sys.executable, "-m", "perftune.cli", *command], cwd=str(REPO),
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert "Ray cluster: node " in (out / "report.html").read_text()  # the node effect, shown in the report
+    import perftune
+
+    assert set(perftune.load_results(out).trials["node_id"]) == worker_ids
+    # resume: every trial reused, nothing sent to the cluster again
+    again = start_sweep(plan, out, cluster.address)
+    assert again.wait(timeout=120) == 0
+    resumed = json.loads((out / "results.json").read_text())["trials"]
+    assert len(resumed) == len(trials) and all(t["reused"] for t in resumed)
+
+
+def test_a_node_that_dies_mid_trial_is_replaced_and_recorded(cluster, tmp_path):
+    plan = write_plan(tmp_path, name="raykill", workload_params=dict(TINY_MLP),
+                      burst={**BURST, "steps": 30, "repeats": 3}, decision={"baseline_runs": 1})
+    out = tmp_path / "out"
+    proc = start_sweep(plan, out, cluster.address)
+    victim, burst = None, None
+    deadline = time.monotonic() + 180
+    while victim is None and time.monotonic() < deadline and proc.poll() is None:
+        for node in cluster.workers:
+            found = bursts_on(node)
+            if found:
+                victim, burst = node, found[0]
+                break
+        time.sleep(0.2)
+    assert victim is not None, "no burst started on a worker node"
+    cluster.remove_node(victim, allow_graceful=False)  # the machine is gone, mid-burst
+    cluster.workers = [n for n in cluster.workers if n is not victim]
+    log = finish(proc)
+    assert proc.returncode == 0, log
+    psutil.wait_procs([burst], timeout=30)
+    assert not burst.is_running() or burst.status() == psutil.STATUS_ZOMBIE, "the burst outlived its node"
+    record = json.loads((out / "results.json").read_text())["trials"][0]["result"]
+    node = record["node"]
+    print(f"[lost run recorded as: {node['lost']}]", file=sys.stderr)
+    assert node["attempts"] == 2 and len(node["lost"]) == 1, node
+    assert record["status"] == "ok" and node["node_id"] == cluster.workers[0].node_id
+
+
+def test_ctrl_c_on_the_driver_stops_the_remote_burst(cluster, tmp_path):
+    plan = write_plan(tmp_path, name="rayint", workload_params=dict(TINY_MLP),
+                      burst={**BURST, "steps": 200, "repeats": 5}, decision={"baseline_runs": 1})
+    out = tmp_path / "out"
+    proc = start_sweep(plan, out, cluster.address)
+    bursts: list[psutil.Process] = []
+    deadline = time.monotonic() + 180
+    while not bursts and time.monotonic() < deadline and proc.poll() is None:
+        bursts = [b for node in cluster.workers for b in bursts_on(node)]
+        time.sleep(0.2)
+    assert bursts, "no burst started on a worker node"
+    proc.send_signal(signal.SIGINT)
+    log = finish(proc, timeout=60)
+    assert proc.returncode == 130, log
+    assert "resume with: perftune sweep" in log and "--executor ray" in log
+    gone, alive = psutil.wait_procs(bursts, timeout=30)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], "a remote burst outlived the Ctrl-C"
+    assert json.loads((out / "results.json").read_text())["status"] == "interrupted"
