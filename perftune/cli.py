@@ -11,6 +11,7 @@ import json
 import shlex
 import signal
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -33,13 +34,19 @@ def user_errors(func):
 
 
 class SweepProgressDisplay:
-    """The sweep's progress on stderr: a tqdm bar on a terminal, plain lines otherwise (CI logs), or nothing."""
+    """The sweep's progress on stderr: a tqdm bar on a terminal; otherwise (CI logs, ``nohup``) one line per
+    finished trial, flushed as it happens, with the trials done, the time elapsed and an estimate of the time left
+    (elapsed per finished trial x trials left); or nothing."""
 
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
         self.bar = None
+        self.total = 0
+        self.finished = 0
+        self.started = time.monotonic()
 
     def begin(self, total: int) -> None:
+        self.total, self.finished, self.started = total, 0, time.monotonic()
         if self.enabled and sys.stderr.isatty():
             from tqdm import tqdm
 
@@ -50,14 +57,31 @@ class SweepProgressDisplay:
         if self.bar is not None:
             self.bar.set_description(label[:50])
 
+    def timing(self) -> str:
+        """``[3/9 trials, 1 min 02 s elapsed, ~2 min 04 s left]`` (no estimate before the first trial ends)."""
+        elapsed = time.monotonic() - self.started
+        left = max(self.total - self.finished, 0)
+        estimate = f", ~{_clock(elapsed / self.finished * left)} left" if self.finished and left else \
+            (", none left" if self.finished and not left else "")
+        return f"[{self.finished}/{self.total} trials, {_clock(elapsed)} elapsed{estimate}]"
+
     def done(self, line: str) -> None:
+        self.finished += 1
+        self.total = max(self.total, self.finished)  # a stack step that reuses a measured trial is done too
         if self.bar is not None:
             self.bar.write(line, file=sys.stderr)
             self.bar.update(1)
         elif self.enabled:
+            print(f"{line}  {self.timing()}", file=sys.stderr, flush=True)
+
+    def note(self, line: str) -> None:
+        if self.bar is not None:
+            self.bar.write(line, file=sys.stderr)
+        elif self.enabled:
             print(line, file=sys.stderr, flush=True)
 
     def grow(self, n: int) -> None:
+        self.total += max(n, 0)
         if self.bar is not None and n > 0:
             self.bar.total += n
             self.bar.refresh()
@@ -66,6 +90,11 @@ class SweepProgressDisplay:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
 def _write_file(path: Path, text: str) -> None:

@@ -277,9 +277,9 @@ class Burst:
             return
         from perftune.profile.layouts import load_profile
         from perftune.profile.session import ProfilerSession
-        from perftune.profile.splits import compute_splits, top_ops
+        from perftune.profile.splits import compute_splits, top_op_types, top_ops
 
-        summary = ProfileSummary(profiled_steps=n, unprofiled_step_ms=self.result.step_ms_median)
+        summary = ProfileSummary(profiled_steps=n, unprofiled_step_ms=self.result.step_ms_mean)
         self.result.profile = summary
         out = self.dir / "profile"
         try:
@@ -292,22 +292,26 @@ class Burst:
             return
         self.result.steps += records
         summary.profiled_step_ms = float(np.mean([r.step_ms for r in records]))
-        if self.result.step_ms_median:
-            summary.overhead_ratio = summary.profiled_step_ms / self.result.step_ms_median
-        # The splits divide the *unprofiled* timed step (the one throughput comes from): op time per step from the
-        # profiled steps, data waiting from the timed steps.  The profiled steps' own data wait is not
-        # representative: the pipeline refills its queue while the profiler starts.
+        if self.result.step_ms_mean:
+            summary.overhead_ratio = summary.profiled_step_ms / self.result.step_ms_mean
+        # The splits divide the *unprofiled* timed step (the mean: the one throughput comes from, and what phases
+        # can add up to): data waiting from the timed steps (the profiled steps' own is not representative: the
+        # pipeline refills its queue while the profiler starts), the op phases as their shares of the profiled
+        # steps' own compute time (compute_splits: the profiler slows every launch, so op times do not fit the
+        # timed step as they are)
         timed = [r for r in self.result.steps if r.phase == "timed"]
         step_ms = float(np.mean([r.step_ms for r in timed]))
         data_ms = float(np.mean([r.data_wait_ms for r in timed]))
+        profiled_data_ms = float(np.mean([r.data_wait_ms for r in records]))
         try:
             data = load_profile(out)
             summary.layout = data.layout
             summary.profile_dir = os.path.relpath(data.root, self.dir)
             if data.trace_file is not None:
                 summary.trace_file = os.path.relpath(data.trace_file, self.dir)
-            summary.splits = compute_splits(data, n, step_ms, data_ms)
+            summary.splits = compute_splits(data, n, step_ms, data_ms, summary.profiled_step_ms, profiled_data_ms)
             summary.top_ops = top_ops(data, 10)
+            summary.top_op_types = top_op_types(data, n, 10)
             summary.peak_allocated_bytes = data.peak_allocated_bytes
             self.result.memory.allocator_peak_bytes = data.peak_allocated_bytes
         except Exception as exc:

@@ -51,7 +51,8 @@ class SweepProgress(Protocol):
 
     def begin(self, total: int) -> None: ...  # trials expected so far
     def start(self, label: str) -> None: ...  # a trial starts
-    def done(self, line: str) -> None: ...  # a trial (or a verdict) is done: one line saying what came out
+    def done(self, line: str) -> None: ...  # a trial is done: one line saying what came out
+    def note(self, line: str) -> None: ...  # a line that finishes no trial (a verdict decided after its trial ran)
     def grow(self, n: int) -> None: ...  # n more trials than expected (stacking, leave-one-out)
     def end(self) -> None: ...
 
@@ -66,6 +67,9 @@ class SilentProgress:
         pass
 
     def done(self, line: str) -> None:
+        pass
+
+    def note(self, line: str) -> None:
         pass
 
     def grow(self, n: int) -> None:
@@ -246,7 +250,7 @@ class Sweep:
             self.result.aa_check = second
         for trial in single_trials:
             self.decide(trial, self.baseline_runs, "baseline")
-            self.progress.done(f"  {trial.label}: {trial.verdict} {trial.reason}")
+            self.progress.note(f"  {trial.label}: {trial.verdict} {trial.reason}")
         self.stack(single_trials)
         self.leave_one_out()
 
@@ -257,10 +261,10 @@ class Sweep:
 
     def _done(self, trial: SweepTrial, pending: bool = False) -> None:
         r = trial.result
-        if pending and trial.verdict not in FAILED:
-            return  # the verdict line comes once all baseline runs are in
         what = f"{r.samples_per_s:.1f} samples/s" if r.status == "ok" and r.samples_per_s else \
             f"{trial.verdict}: {trial.reason}"
+        if pending and trial.verdict not in FAILED:  # a line as it finishes; its verdict once every baseline ran
+            what = f"measured {what}; verdict once every baseline run is in"
         self.progress.done(f"  {trial.label}{' (run %d)' % (trial.replicate + 1) if trial.kind == 'baseline' else ''}"
                            f": {what}{' (reused)' if trial.reused else ''}")
 

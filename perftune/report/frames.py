@@ -35,8 +35,8 @@ def load_results(path: str | Path) -> Results:
         rows.append({
             "trial_id": t.trial_id, "label": t.label, "kind": t.kind, "replicate": t.replicate,
             "verdict": t.verdict, "reason": t.reason, "status": r.status, **{f"knob.{k}": v for k, v in r.knobs.items()},
-            "samples_per_s": r.samples_per_s, "tokens_per_s": r.tokens_per_s, "step_ms_median": r.step_ms_median,
-            "compile_ms": r.compile_ms, "speedup": c.ratio if c else None, "speedup_ci_low": c.ci_low if c else None,
+            "samples_per_s": r.samples_per_s, "tokens_per_s": r.tokens_per_s, "step_ms_mean": r.step_ms_mean,
+            "step_ms_median": r.step_ms_median, "compile_ms": r.compile_ms, "speedup": c.ratio if c else None, "speedup_ci_low": c.ci_low if c else None,
             "speedup_ci_high": c.ci_high if c else None,
             "val_loss": acc.val_loss if acc else None, "train_loss": acc.train_loss if acc else None,
             "perplexity": acc.perplexity if acc else None,

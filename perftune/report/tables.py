@@ -13,7 +13,7 @@ import pandas as pd
 from perftune.io.records import PHASES
 from perftune.io.store import write_text_atomic
 from perftune.io.sweep_records import SweepResult, SweepTrial
-from perftune.report.format import num
+from perftune.report.format import num, speed_text, step_text
 
 
 def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
@@ -28,7 +28,9 @@ def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
         "speedup": cmp_.ratio if cmp_ else (1.0 if trial.kind == "baseline" else None),
         "speedup_ci_low": cmp_.ci_low if cmp_ else None,
         "speedup_ci_high": cmp_.ci_high if cmp_ else None,
-        "step_ms": r.step_ms_median,
+        "step_ms": r.step_ms_mean,  # the mean: what throughput and the splits are of; the median beside it
+        "step_ms_median": r.step_ms_median,
+        "compile_s": r.compile_ms / 1e3 if r.compile_ms is not None else None,
     })
     splits = r.profile.splits if r.profile and r.profile.splits else None
     for phase in PHASES:
@@ -82,16 +84,17 @@ def loo_table(result: SweepResult) -> pd.DataFrame:
 def _fmt_speedup(row) -> str:
     if row.get("speedup") is None or pd.isna(row.get("speedup")):
         return ""
-    if row.get("speedup_ci_low") is None or pd.isna(row.get("speedup_ci_low")):
-        return f"{row['speedup']:.2f}x"
-    return f"{row['speedup']:.2f}x [{row['speedup_ci_low']:.2f}, {row['speedup_ci_high']:.2f}]"
+    if row.get("verdict") == "baseline":
+        return "reference"
+    return speed_text(row.get("speedup"), row.get("speedup_ci_low"), row.get("speedup_ci_high"))
 
 
 def to_markdown(df: pd.DataFrame, metric: str) -> str:
     if df.empty:
         return "_(none)_\n"
-    head = ["configuration", "verdict", "samples/s", "speedup [95% CI]", "step ms", "data / fwd / bwd / opt / comm / "
-            "other ms", "peak mem MB", metric, "change", "reason"]
+    head = ["configuration", "verdict", "samples/s", "vs reference [95% CI]", "step ms: mean (median)",
+            "data / fwd / bwd / opt / comm / other ms (of the mean step)", "compile s", "peak mem MB", metric, "change",
+            "reason"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for _, row in df.iterrows():
         splits = " / ".join(num(row.get(f"{p}_ms"), ".2f") or "-" for p in PHASES) \
@@ -99,7 +102,8 @@ def to_markdown(df: pd.DataFrame, metric: str) -> str:
         change = row.get(f"{metric}_change")
         cells = [
             str(row["configuration"]), str(row.get("verdict", "")), num(row.get("samples_per_s"), ".1f"),
-            _fmt_speedup(row), num(row.get("step_ms"), ".2f"), splits, num(row.get("peak_mem_mb"), ".1f"),
+            _fmt_speedup(row), step_text(row.get("step_ms"), row.get("step_ms_median")), splits,
+            num(row.get("compile_s"), ".1f"), num(row.get("peak_mem_mb"), ".1f"),
             num(row.get(metric), ".4f"), num(change, "+.1%"),
             str(row.get("reason", "") or "").replace("|", "\\|"),
         ]
@@ -113,12 +117,12 @@ def markdown_report(result: SweepResult) -> str:
              ""]
     if result.best_label and result.best_vs_baseline:
         b = result.best_vs_baseline
-        parts.append(f"Best configuration: **{result.best_label}**, {b.ratio:.2f}x the baseline's throughput "
-                     f"(95% CI {b.ci_low:.2f}-{b.ci_high:.2f}).")
+        parts.append(f"Best configuration: **{result.best_label}**, against the baseline: "
+                     f"{speed_text(b.ratio, b.ci_low, b.ci_high)} (throughput, 95% interval).")
         parts.append("")
     if result.aa_check:
         a = result.aa_check
-        parts.append(f"A/A check (baseline measured again later): x{a.ratio:.3f} [{a.ci_low:.3f}, {a.ci_high:.3f}]"
+        parts.append(f"A/A check (baseline measured again later): {speed_text(a.ratio, a.ci_low, a.ci_high, 3)}"
                      f" -> {a.verdict}.")
         parts.append("")
     parts += ["### Cumulative ablation", "", to_markdown(ablation_table(result), metric),
@@ -128,6 +132,9 @@ def markdown_report(result: SweepResult) -> str:
         parts += ["### Leave one out (final stack minus one change)", "", to_markdown(loo, metric)]
     if result.order_rule:
         parts += [f"Order rule: {result.order_rule}.", ""]
+    parts += ["Ratios: the configuration's speed against its reference, `x1.23 faster` / `x1.10 slower` with the 95% "
+              "interval of that same factor.  Step time: the mean over the timed steps (throughput is batch / mean "
+              "step, and the splits add up to it), the median beside it.  Compile: the first step.", ""]
     return "\n".join(parts)
 
 
