@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 
 from perftune.errors import UserError
+from perftune.report.format import reason_text
 
 
 def user_errors(func):
@@ -69,16 +70,17 @@ class SweepProgressDisplay:
         self.finished += 1
         self.total = max(self.total, self.finished)  # a stack step that reuses a measured trial is done too
         if self.bar is not None:
-            self.bar.write(line, file=sys.stderr)
+            self.bar.write(reason_text(line), file=sys.stderr)
             self.bar.update(1)
         elif self.enabled:
-            print(f"{line}  {self.timing()}", file=sys.stderr, flush=True)
+            print(f"{reason_text(line)}  {self.timing()}", file=sys.stderr, flush=True)
 
     def note(self, line: str) -> None:
         if self.bar is not None:
-            self.bar.write(line, file=sys.stderr)
+            self.bar.write(reason_text(line), file=sys.stderr)
         elif self.enabled:
-            print(line, file=sys.stderr, flush=True)
+            print(f"{reason_text(line)}  [{_clock(time.monotonic() - self.started)} elapsed]", file=sys.stderr,
+                  flush=True)
 
     def grow(self, n: int) -> None:
         self.total += max(n, 0)

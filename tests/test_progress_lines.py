@@ -35,4 +35,8 @@ def test_one_line_per_finished_trial_as_it_happens(tmp_path, capsys):
     # the verdicts follow, each on its own line with the ratio and its interval
     verdicts = [ln for ln in lines if ln not in finished and ln.strip().startswith("+")]
     assert {v.split(":")[0].strip() for v in verdicts} >= {"+mode=pynative", "+jit_level=O1", "+num_parallel_workers=2"}
-    assert all(re.search(r"x\d\.\d\d \[\d\.\d\d, \d\.\d\d\]", v) for v in verdicts if "kept" in v or "slower" in v)
+    # in the one ratio convention of every output
+    assert all(re.search(r"x\d\.\d\d (faster|slower) \[\d\.\d\d, \d\.\d\d\]", v) for v in verdicts
+               if "kept" in v or "slower" in v)
+    assert "x2.00 slower [" in next(v for v in verdicts if v.strip().startswith("+mode=pynative"))
+    assert not any(re.search(r"x0\.\d", ln) for ln in lines)

@@ -55,6 +55,7 @@ def test_ratio_convention():
     assert time_ratio_text(1.25) == "x1.25 slower" and time_ratio_text(0.8) == "x1.25 faster"
     assert time_ratio_text(714.1 / 675.8, digits=3) == "x1.057 slower"  # the compare case of issue 17
     assert speed_text(None) == "" and speed_text(float("nan")) == ""
+    assert speed_text(1.0004, 0.9, 1.1) == "x1.00 (no change) [0.90, 1.10]"
 
 
 def test_counts_by_verdict_are_the_tables_words(rendered):
@@ -84,6 +85,9 @@ def test_one_ratio_convention_and_one_step_statistic(rendered):
     c = slower.vs_baseline
     assert c.ratio < 1 and speed_text(c.ratio, c.ci_low, c.ci_high) in md  # "x1.77 slower [..]", not "0.57x"
     assert re.search(r"\d\.\d\dx", md) is None  # the old "1.23x" form is gone
+    row = next(ln for ln in md.splitlines() if ln.startswith(f"| {slower.label} |"))
+    assert row.count(speed_text(c.ratio, c.ci_low, c.ci_high)) == 2  # the ratio column and the reason agree
+    assert re.search(r"x0\.\d", md) is None and re.search(r"x0\.\d", html) is None
     assert "step ms: mean (median)" in md and "step ms: mean (median)" in html
     base = result.trials[0].result
     assert f"{base.step_ms_mean:.2f} (median {base.step_ms_median:.2f})" in md

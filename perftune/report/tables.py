@@ -13,7 +13,7 @@ import pandas as pd
 from perftune.io.records import PHASES
 from perftune.io.store import write_text_atomic
 from perftune.io.sweep_records import SweepResult, SweepTrial
-from perftune.report.format import num, speed_text, step_text
+from perftune.report.format import num, reason_text, speed_text, step_text
 
 
 def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
@@ -41,7 +41,7 @@ def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
     acc = r.accuracy
     row[metric] = getattr(acc, metric) if acc else None
     row[f"{metric}_change"] = trial.accuracy_changes.get(metric) if trial.kind != "baseline" else 0.0
-    row["reason"] = trial.reason
+    row["reason"] = reason_text(trial.reason, (trial.vs_baseline, trial.vs_previous))
     row["trial_id"] = trial.trial_id
     return row
 
@@ -64,7 +64,8 @@ def ablation_table(result: SweepResult) -> pd.DataFrame:
         row["kept"] = step.kept
         if step.label != "baseline":
             row["verdict"] = "kept" if step.kept else "dropped"
-            row["reason"] = step.reason
+            t = trials.get(step.trial_id)
+            row["reason"] = reason_text(step.reason, (t.vs_baseline, t.vs_previous) if t else ())
         rows.append(row)
     return pd.DataFrame(rows)
 
