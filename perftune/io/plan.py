@@ -24,6 +24,9 @@ class BurstSettings(PlanRecord):
     repeats: int = Field(3, ge=1)
     profile_steps: int = Field(5, ge=0)
     timeout_s: float = Field(300, gt=0)
+    #: calibrate the timed windows as pyperf/timeit do: each window runs at least ``steps`` steps and at least this
+    #: many seconds, the steps per window chosen from the warm-up's step time (None: exactly ``steps`` per window)
+    min_window_s: Optional[float] = Field(None, gt=0, le=600)
 
 
 class AccuracyGate(PlanRecord):
