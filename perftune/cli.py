@@ -35,9 +35,9 @@ def user_errors(func):
 
 
 class SweepProgressDisplay:
-    """The sweep's progress on stderr: a tqdm bar on a terminal; otherwise (CI logs, ``nohup``) one line per
-    finished trial, flushed as it happens, with the trials done, the time elapsed and an estimate of the time left
-    (elapsed per finished trial x trials left); or nothing."""
+    """The sweep's progress on stderr: a tqdm bar on a terminal; otherwise (CI logs, ``nohup``) each line as it
+    happens (a process measured, a verdict), flushed, with the lines done of those expected, the time elapsed and an
+    estimate of the time left (elapsed per line x lines left), ratios in the one convention; or nothing."""
 
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
@@ -59,16 +59,17 @@ class SweepProgressDisplay:
             self.bar.set_description(label[:50])
 
     def timing(self) -> str:
-        """``[3/9 trials, 1 min 02 s elapsed, ~2 min 04 s left]`` (no estimate before the first trial ends)."""
+        """``[3/9 done, 1 min 02 s elapsed, ~2 min 04 s left]``: progress lines (a process measured, a verdict) given
+        of those expected so far (no estimate before the first)."""
         elapsed = time.monotonic() - self.started
         left = max(self.total - self.finished, 0)
         estimate = f", ~{_clock(elapsed / self.finished * left)} left" if self.finished and left else \
             (", none left" if self.finished and not left else "")
-        return f"[{self.finished}/{self.total} trials, {_clock(elapsed)} elapsed{estimate}]"
+        return f"[{self.finished}/{self.total} done, {_clock(elapsed)} elapsed{estimate}]"
 
     def done(self, line: str) -> None:
         self.finished += 1
-        self.total = max(self.total, self.finished)  # a stack step that reuses a measured trial is done too
+        self.total = max(self.total, self.finished)  # a line past those expected (the sweep grows the bar after it)
         if self.bar is not None:
             self.bar.write(reason_text(line), file=sys.stderr)
             self.bar.update(1)
@@ -291,6 +292,55 @@ def report_command(results_dir: Path) -> None:
     from perftune.report import write_report
 
     click.echo(write_report(results_dir))
+
+
+@main.command(name="peak")
+@click.option("--device", type=click.Choice(["CPU", "GPU", "Ascend"]), default="CPU", show_default=True)
+@click.option("--refresh", is_flag=True, help="Measure again even when a peak is cached.")
+@click.option("--size", type=click.IntRange(16, 16384), default=2048, show_default=True,
+              help="Matrix size n of the n x n x n float32 MatMul.")
+@click.option("--seconds", type=click.FloatRange(0.05, 60), default=2.0, show_default=True,
+              help="How long to keep calling it (at least 3 calls).")
+@user_errors
+def peak_command(device: str, refresh: bool, size: int, seconds: float) -> None:
+    """Measure this machine's peak matmul FLOP/s with MindSpore once and cache it; reports use it for MFU."""
+    from perftune.io.peak import cache_path
+    from perftune.peak import machine_peak
+
+    record, measured = machine_peak(device, refresh=refresh, size=size, seconds=seconds)
+    click.echo(f"{record.flops_per_s / 1e9:.1f} GFLOP/s peak ({record.dtype}; median call "
+               f"{record.median_flops_per_s / 1e9:.1f}) on {record.host}, {record.device}, MindSpore "
+               f"{record.mindspore_version}: {record.method}")
+    load = f" at load average {record.load_avg_1m:.1f}" if record.load_avg_1m is not None else ""
+    click.echo(f"{'measured now' if measured else 'cached'} ({record.measured_utc}{load}) in {cache_path()}"
+               + ("" if measured else "; --refresh measures again"))
+
+
+@main.command(name="export")
+@click.argument("results_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--tensorboard", "tb_out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for TensorBoard event files, one run per trial (then: tensorboard --logdir FOLDER).")
+@click.option("--csv", "csv_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="CSV file of every recorded step of every trial (for pandas).")
+@user_errors
+def export_command(results_dir: Path, tb_out: Path | None, csv_out: Path | None) -> None:
+    """Export the per-step records of the sweep in RESULTS_DIR: TensorBoard runs and/or a CSV file."""
+    from perftune.report.export import export_csv, export_tensorboard
+
+    if tb_out is None and csv_out is None:
+        raise UserError("export: nothing to do (give --tensorboard FOLDER and/or --csv FILE)")
+    summaries = []
+    if tb_out is not None:
+        s = export_tensorboard(results_dir, tb_out)
+        click.echo(f"{tb_out}: {len(s.runs)} TensorBoard run(s): {', '.join(s.runs)}  "
+                   f"(tensorboard --logdir {shlex.quote(str(tb_out))})")
+        summaries.append(s)
+    if csv_out is not None:
+        s = export_csv(results_dir, csv_out)
+        click.echo(f"{csv_out}: {s.rows} step row(s)")
+        summaries.append(s)
+    for skipped in dict.fromkeys(x for s in summaries for x in s.skipped):
+        click.echo(f"perftune: warning: left out {skipped}", err=True)
 
 
 if __name__ == "__main__":

@@ -20,12 +20,14 @@ from perftune import __version__ as perftune_version
 from perftune.knobs import label_of
 from perftune.io.records import PHASES
 from perftune.io.sweep_records import FAILED_VERDICTS, SweepTrial
-from perftune.report import figures
+from perftune.report import figures, language
+from perftune.report.extra import extra_context
 from perftune.report.format import num, speed_text, step_text, verdict_counts
 from perftune.report.load import SweepFolder
 from perftune.report.notes import bottleneck_note, tried_changes
 from perftune.report.ops import top_op_rows
-from perftune.report.tables import ablation_table, loo_table, singles_table
+from perftune.report.summary import comparison_lines, noise_line
+from perftune.report.tables import ablation_table, loo_table, optional_columns, singles_table
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 LOG_TAIL_LINES = 40
@@ -69,16 +71,25 @@ def verdict_class(verdict: str) -> str:
 
 
 def display_label(trial: SweepTrial) -> str:
-    return f"{trial.label} (run {trial.replicate + 1})" if trial.kind == "baseline" else trial.label
+    return f"{trial.label} (run {trial.replicate + 1})" if trial.kind in ("baseline", "repeat") else trial.label
 
 
 # -- tables ----------------------------------------------------------------------------------------------------------
+#: where the Markdown tables' optional columns go in the HTML ones (which have no splits column)
+HTML_ANCHORS = {"samples/s": "samples_per_s", "data / fwd / bwd / opt / comm / other ms": "step_ms",
+                "change": "change"}
+
+
 def table(df: pd.DataFrame, metric: str) -> dict:
     """A ``perftune.report.tables`` DataFrame as header + formatted rows (empty columns are left out)."""
     columns = [("configuration", "configuration"), ("verdict", "verdict"), ("samples/s", "samples_per_s"),
                ("vs reference [95% CI]", "speedup"), ("step ms: mean (median)", "step_ms"),
                ("compile (s)", "compile_s"), (metric, metric),
                (f"{metric} change", "change"), ("verdict reason", "reason")]
+    extras = optional_columns(df, metric)  # tokens/s, recompute, perplexity, repetition: where there are values
+    for header, key, _, after in reversed(extras):  # inserted right after the anchor: reversed keeps their order
+        anchor = next(i for i, (_, k) in enumerate(columns) if k == HTML_ANCHORS[after])
+        columns.insert(anchor + 1, (header, key))
     rows = []
     for _, r in df.iterrows():
         verdict = str(r.get("verdict") or "")
@@ -92,6 +103,7 @@ def table(df: pd.DataFrame, metric: str) -> dict:
             "compile_s": num(r.get("compile_s"), ".1f"), metric: num(r.get(metric), ".4f"),
             "change": num(r.get(f"{metric}_change"), "+.1%"), "reason": str(r.get("reason") or ""),
             "trial_id": str(r.get("trial_id") or ""),
+            **{key: num(r.get(key), fmt) for _, key, fmt, _ in extras},
         })
     keep = [(h, k) for h, k in columns if k in ("configuration", "verdict", "reason") or any(row[k] for row in rows)]
     return {"columns": keep, "rows": rows}
@@ -143,7 +155,7 @@ def _summary(folder: SweepFolder, metric: str) -> dict:
     aa_class = "muted"
     if aa is not None:
         aa_text = f"{speed_text(aa.ratio, aa.ci_low, aa.ci_high, 3)}: {aa.verdict}"
-        if aa.verdict != "not significant":
+        if aa.verdict in ("faster", "slower"):
             aa_class, aa_note = "bad", ("the same configuration measured twice differed: the machine was not steady, "
                                         "so treat small gains with care")
         elif aa.ci_low > 0 and aa.ci_high / aa.ci_low > WIDE_INTERVAL:
@@ -172,6 +184,8 @@ def _summary(folder: SweepFolder, metric: str) -> dict:
         "git_commit": env.git_commit if env else None,
         "aa": aa_text, "aa_class": aa_class, "aa_note": aa_note,
         "order_rule": res.order_rule,
+        "noise": noise_line(res),
+        "decisions": comparison_lines(res),
     }
 
 
@@ -295,9 +309,12 @@ def build_context(folder: SweepFolder) -> dict:
         "summary": _summary(folder, metric),
         "ablation": table(ablation, metric), "singles": table(singles, metric), "loo": table(loo, metric),
         "figures": figs,
+        "extra": extra_context(folder),
         "trials": trials,
         "any_splits": any(t["splits_text"] for t in trials),
         "top_ops": [x for x in (_top_ops(t) for t in folder.trials if t.result.status == "ok") if x],
+        "samples": language.samples(res),
+        "cannot_judge": language.gate_cannot_judge(res),
         "failed": _failed(folder),
         "reproduce": _reproduce(folder),
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),

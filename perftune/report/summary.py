@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from perftune.engine import lm
 from perftune.io.files import RESULTS_NAME
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult
-from perftune.report.format import mb, speed_text, time_ratio_text, verdict_counts
+from perftune.report.format import mb, reason_text, speed_text, time_ratio_text, verdict_counts
+from perftune.report.language import gate_cannot_judge
 from perftune.report.format import num as format_num
 
 
@@ -29,7 +31,8 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
     acc = r.accuracy
     lines = [
         f"trial {r.trial_id}: ok ({r.workload} on {r.device}, {r.parameter_count:,} parameters)",
-        f"  throughput   {r.samples_per_s:.1f} samples/s" + (f", {r.tokens_per_s:.0f} tokens/s" if r.tokens_per_s else ""),
+        f"  throughput   {lm.throughput_text(r)}"
+        + (f", model {lm.model_gflop_per_s(r):.2f} GFLOP/s" if lm.model_gflop_per_s(r) else ""),
         f"  step time    mean {_num(r.step_ms_mean, '.2f')} ms (median {r.step_ms_median:.2f}, p10 {r.step_ms_p10:.2f}, "
         f"p90 {r.step_ms_p90:.2f}), waiting for data {r.data_wait_ms_median:.2f} ms (median)",
         f"  compile      {_num(r.compile_ms, '.0f')} ms (first step)",
@@ -43,6 +46,8 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
                      f"perplexity {_num(acc.perplexity, '.2f')}, train loss {_num(acc.train_loss, '.4f')}"
                      + (f", repetition {acc.repetition_rate:.2f}" if acc.repetition_rate is not None else "")
                      + (" NON-FINITE" if acc.nonfinite else ""))
+        if acc.sample_text is not None:
+            lines.append(f"  sample       {acc.sample_text!r} (greedy, after the accuracy window)")
     p = r.profile
     if p and p.splits:
         s = p.splits
@@ -63,6 +68,30 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def noise_line(result: SweepResult) -> str:
+    """The process noise the sweep measured, and how its many comparisons are kept honest."""
+    if result.noise_sd is None:
+        return ""
+    observed = result.noise_observed_df or 0
+    return (f"noise: two processes of one configuration differ by {result.noise_sd:.1%} (sd of log throughput, "
+            f"pooled over the sweep: {observed} observed + {(result.noise_df or 0) - observed} prior degrees of "
+            f"freedom)" + (f"; false alarms controlled over {result.multiplicity}" if result.multiplicity else ""))
+
+
+def comparison_lines(result: SweepResult) -> list[str]:
+    """Per comparison (singles against the baseline, stack rows against the stack before): the processes it used,
+    its verdict with the reason (interval, runs, what would resolve it) and its contamination flags."""
+    lines = []
+    for t in result.trials:
+        c = t.vs_previous if t.kind == "stack" else t.vs_baseline
+        if t.kind not in ("single", "stack") or c is None or c.processes is None:
+            continue
+        contended = f", {c.contended} measured under contention" if c.contended else ""
+        lines.append(f"{t.label}: {t.verdict} ({c.processes} + {c.reference_processes} processes vs {c.reference}"
+                     f"{contended}): {reason_text(t.reason, (t.vs_baseline, t.vs_previous))}")
+    return lines
+
+
 def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) -> str:
     lines = []
     trials = list({t.trial_id: t for t in reversed(result.trials)}.values())[::-1]  # first appearance of each id
@@ -71,6 +100,9 @@ def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) 
     lines.append(f"{len(trials)} trials ({', '.join(f'{n} {v}' for v, n in counts)})"
                  + (f", {reused} reused from an earlier run" if reused else "")
                  + (f" in {result.wall_s:.0f} s" if result.wall_s else ""))
+    lines += [f"  {line}" for line in comparison_lines(result)]
+    if result.noise_sd is not None:
+        lines.append(noise_line(result))
     if result.aa_check:
         a = result.aa_check
         lines.append(f"A/A check: baseline run again {speed_text(a.ratio, a.ci_low, a.ci_high, 3)}: {a.verdict}")
@@ -80,7 +112,21 @@ def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) 
                      "(throughput, 95% interval)")
     elif result.best_label:
         lines.append(f"best: {result.best_label}")
+    lines += _language_lines(result)
+    lines += [f"accuracy gate: {line}" for line in gate_cannot_judge(result)]
     lines.append(f"tables: {out_dir / 'ablation.md'}, {out_dir / 'ablation.csv'}; results: {out_dir / RESULTS_NAME}")
     if report_path:
         lines.append(f"report: {report_path}")
     return "\n".join(lines)
+
+
+def _language_lines(result: SweepResult) -> list[str]:
+    """For a language model: tokens/s and perplexity of the baseline and of the best configuration."""
+    base = next((t for t in result.trials if t.kind == "baseline" and t.result.status == "ok"), None)
+    if base is None or not lm.is_language_model(base.result):
+        return []
+    lines = [f"baseline: {lm.progress_text(base.result)}"]
+    best = next((t for t in result.trials if t.trial_id == result.best_trial_id), None)
+    if best is not None and best.trial_id != base.trial_id and best.result.status == "ok":
+        lines.append(f"{result.best_label}: {lm.progress_text(best.result)}")
+    return lines
