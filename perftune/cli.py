@@ -76,13 +76,6 @@ class SweepProgressDisplay:
         elif self.enabled:
             print(f"{reason_text(line)}  {self.timing()}", file=sys.stderr, flush=True)
 
-    def note(self, line: str) -> None:
-        if self.bar is not None:
-            self.bar.write(reason_text(line), file=sys.stderr)
-        elif self.enabled:
-            print(f"{reason_text(line)}  [{_clock(time.monotonic() - self.started)} elapsed]", file=sys.stderr,
-                  flush=True)
-
     def grow(self, n: int) -> None:
         self.total += max(n, 0)
         if self.bar is not None and n > 0:
