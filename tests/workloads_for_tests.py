@@ -20,6 +20,22 @@ def memory_hog(params: dict, seed: int):
     return np.ones((1 << 40,), dtype=np.float64)
 
 
+def escaping_sleeper(params: dict, seed: int):
+    """Starts a grandchild in a session of its own (out of the burst's process group), then hangs; with
+    ``ignore_term`` the burst also ignores SIGTERM, so only perftune's SIGKILL ends it."""
+    import signal
+    import subprocess
+    import sys
+
+    if params.get("ignore_term"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", params["marker"]],
+                             start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    with open(params["started_file"], "w") as fh:  # the test knows the grandchild really ran
+        fh.write(str(child.pid))
+    time.sleep(3600)
+
 
 def newer_trial_file(params: dict, seed: int):
     """Raises; as its process exits (the burst ends with ``os._exit`` after writing its failed trial.json), the file

@@ -78,8 +78,19 @@ def _load_file(side: Side, path: Path) -> None:
         side.entries.append(Entry(result, str(path), None, None, params, seed))
         side.file_kinds.append("trial")
     else:
-        raise UserError(f"{path}: neither a perftune results.json (\"kind\": \"perftune-sweep\") nor a trial.json")
+        raise UserError(f"{path}: {_what_else(data)}")
     side.files.append(str(path))
+
+
+def _what_else(data) -> str:
+    """Why a JSON file is neither of perftune's kinds, precisely enough to see which file it is."""
+    expected = "neither a perftune results.json (\"kind\": \"perftune-sweep\") nor a perftune trial.json " \
+               "(\"trial_id\")"
+    if not isinstance(data, dict):
+        return f"{expected}: it holds a JSON {type(data).__name__}, not an object"
+    fields = ", ".join(sorted(map(str, data))[:8]) + (" ..." if len(data) > 8 else "")
+    kind = f" \"kind\": {data['kind']!r}," if "kind" in data else ""
+    return f"{expected}:{kind} its fields are {fields or '(none)'} (another tool's file or another schema)"
 
 
 def load_side(path: str | Path, name: str) -> Side:

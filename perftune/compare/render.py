@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 from typing import Optional
 
 from perftune.compare.metrics import MEMORY_FIELDS, MEMORY_NAMES, ConfigComparison, MetricChange
@@ -131,7 +133,8 @@ def render_text(report: CompareReport) -> str:
 
 
 def _md(v: str) -> str:
-    return v.replace("|", "\\|")
+    """Markdown text shown as written: HTML escaped (reasons quote exception messages), ``|`` escaped."""
+    return html.escape(v, quote=False).replace("|", "\\|")
 
 
 def render_markdown(report: CompareReport) -> str:

@@ -13,8 +13,10 @@ import yaml
 from pydantic import ValidationError
 
 from perftune import knobs
+from perftune.engine.plan_yaml import MAX_PLAN_BYTES, PlanYAMLError, load_bounded
 from perftune.errors import UserError
 from perftune.io.plan import Plan
+from perftune.engine.script_plan import check_script_workload
 from perftune.workloads import check_reference
 
 
@@ -169,7 +171,8 @@ def _normalize_knobs(data: dict) -> dict:
     return data
 
 
-def parse_plan(data: Any, source: str = "plan") -> Plan:
+def parse_plan(data: Any, source: str = "plan", base_dir: Path | None = None) -> Plan:
+    """``base_dir``: the plan file's folder, against which a script workload's path is resolved (default: cwd)."""
     if not isinstance(data, dict):
         raise PlanError([f"(top level): expected a mapping of fields, got {type(data).__name__}"], source)
     data = _normalize_knobs(data)
@@ -179,6 +182,9 @@ def parse_plan(data: Any, source: str = "plan") -> Plan:
         why = check_reference(data["workload"])
         if why:
             problems.append(f"workload: {why}")
+    elif isinstance(data.get("workload"), dict):
+        data, script_problems = check_script_workload(data, base_dir or Path.cwd())
+        problems += script_problems
     try:
         plan = Plan.model_validate(data)
     except ValidationError as err:
@@ -192,13 +198,20 @@ def parse_plan(data: Any, source: str = "plan") -> Plan:
 def load_plan(path: str | Path) -> Plan:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_PLAN_BYTES + 1)  # never more: a plan of gigabytes is refused, not read
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise UserError(f"{path}: no such plan file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: cannot read the plan ({exc.__class__.__name__}: {exc})") from None
+    if len(raw) > MAX_PLAN_BYTES:
+        raise UserError(f"{path}: the plan is larger than {MAX_PLAN_BYTES} bytes; a plan is a short hand-written "
+                        "file")
     try:
-        data = yaml.safe_load(text)
+        data = load_bounded(text)
+    except PlanYAMLError as exc:
+        raise UserError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -206,7 +219,7 @@ def load_plan(path: str | Path) -> Plan:
         raise UserError(f"{path}: not valid YAML{where}: {problem}") from None
     if data is None:
         raise UserError(f"{path}: the plan is empty; it needs at least 'name' and 'workload'")
-    return parse_plan(data, str(path))
+    return parse_plan(data, str(path), path.resolve().parent)
 
 
 def parse_set_options(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:

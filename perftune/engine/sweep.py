@@ -22,7 +22,6 @@ rewritten (atomically) after every trial.
 
 from __future__ import annotations
 
-import shutil
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,6 +36,7 @@ from perftune.engine.sequential import Noise, Policy, ProcessRun, benjamini_hoch
 from perftune.engine.specs import make_spec
 from perftune.errors import UserError
 from perftune.io.files import RESULTS_NAME, TRIAL_NAME, TRIALS_DIR, read_trial_if_present
+from perftune.io.outdir import clear_own
 from perftune.io.plan import Plan
 from perftune.io.records import DATA_BOUND_SHARE, TrialResult, TrialSpec
 from perftune.io.store import write_json_atomic
@@ -61,8 +61,7 @@ class Sweep:
         self.cache_dir = (self.out / "cache").resolve()
         self.run_trial = run
         if fresh and self.out.exists():
-            shutil.rmtree(self.trials_dir, ignore_errors=True)
-            (self.out / RESULTS_NAME).unlink(missing_ok=True)
+            clear_own(self.out)  # perftune's own results and trial folders only, never a file it did not write
         self.result = SweepResult(plan=plan, plan_path=str(plan_path) if plan_path else None, command=command,
                                   started_utc=utc_now())
         self.progress: SweepProgress = progress or SilentProgress()
@@ -382,7 +381,9 @@ def _reusable(trial_dir: Path, trial_id: str) -> Optional[TrialResult]:
     except UserError as exc:
         raise UserError(f"{exc}; delete the folder {trial_dir} to measure this trial again, or start the sweep "
                         "over with --fresh") from None
-    return result if result is not None and result.trial_id == trial_id else None
+    if result is None or result.trial_id != trial_id or result.retry_on_resume:
+        return None  # retry_on_resume: killed by a signal perftune did not send; measured again
+    return result
 
 
 def run_sweep(plan: Plan, out_dir: Path, run: TrialRunner, plan_path: Optional[Path] = None, fresh: bool = False,

@@ -5,7 +5,8 @@ one-line messages are ``perftune.engine.plan``'s job; these models only hold the
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -14,16 +15,25 @@ ACCURACY_METRICS = ("val_loss", "train_loss", "perplexity")
 AccuracyMetric = Literal["val_loss", "train_loss", "perplexity"]
 
 
+#: upper bounds of a burst: far beyond any useful tuning burst, low enough that a typo fails validation instead of
+#: hanging a sweep for days
+MAX_STEPS = 100_000
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+MAX_SEED = 2**32 - 1  # NumPy's and MindSpore's seed range
+
+
 class PlanRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Strict: ``steps: "10"``, ``10.0`` or ``true`` is an error, not 10 or 1; NaN and infinities are refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class BurstSettings(PlanRecord):
-    warmup_steps: int = Field(3, ge=0)
-    steps: int = Field(30, ge=1)
-    repeats: int = Field(3, ge=1)
-    profile_steps: int = Field(5, ge=0)
-    timeout_s: float = Field(300, gt=0)
+    warmup_steps: int = Field(3, ge=0, le=MAX_STEPS)
+    steps: int = Field(30, ge=1, le=MAX_STEPS)
+    repeats: int = Field(3, ge=1, le=1000)
+    profile_steps: int = Field(5, ge=0, le=1000)
+    timeout_s: float = Field(300, gt=0, le=MAX_TIMEOUT_S)
     #: calibrate the timed windows as pyperf/timeit do: each window runs at least ``steps`` steps and at least this
     #: many seconds, the steps per window chosen from the warm-up's step time (None: exactly ``steps`` per window)
     min_window_s: Optional[float] = Field(None, gt=0, le=600)
@@ -31,15 +41,15 @@ class BurstSettings(PlanRecord):
 
 class AccuracyGate(PlanRecord):
     metric: AccuracyMetric = "val_loss"
-    rel_tolerance: float = Field(0.05, ge=0)
+    rel_tolerance: float = Field(0.05, ge=0, le=1000)
     #: per-metric tolerances, overriding rel_tolerance for that metric
     tolerances: dict[Literal[AccuracyMetric, "repetition_rate"], float] = Field(
         default_factory=dict
     )
     #: samples every trial has seen when accuracy is measured; default: baseline batch_size x steps (one window)
-    samples: Optional[int] = Field(None, ge=1)
+    samples: Optional[int] = Field(None, ge=1, le=10**12)
     #: a trial whose largest gradient norm exceeds this factor times the baseline's is rejected
-    grad_norm_factor: float = Field(10.0, gt=1)
+    grad_norm_factor: float = Field(10.0, gt=1, le=1e12)
     #: the learning-rate rule that goes with a batch-size change (linear: lr x b/b0; sqrt: lr x sqrt(b/b0)), so a
     #: larger batch is not judged with the small batch's rate; none keeps the workload's rate
     lr_scaling: Literal["none", "linear", "sqrt"] = "none"
@@ -48,7 +58,7 @@ class AccuracyGate(PlanRecord):
 class DecisionRule(PlanRecord):
     """How comparisons are decided (``perftune.engine.sequential``) and how much they may spend."""
 
-    min_gain: float = Field(0.03, ge=0)
+    min_gain: float = Field(0.03, ge=0, le=10)
     confidence: float = Field(0.95, gt=0.5, lt=1)
     #: a change whose interval lies inside +-equivalence of the reference is ``equivalent``
     equivalence: float = Field(0.03, ge=0, lt=1)
@@ -79,12 +89,27 @@ class DistributedSettings(PlanRecord):
     master_port: Optional[int] = Field(None, ge=1024, le=65535)
 
 
+class ScriptWorkload(PlanRecord):
+    """``workload: {script: train.py, ...}``: the user's own training script, run unchanged in the burst process as
+    ``python train.py ARGS`` would run it (see ``perftune.burst.script``).  ``script`` is made absolute (relative to
+    the plan file) when the plan is loaded; the script runs with its own folder as working directory."""
+
+    script: str = Field(min_length=1)
+    #: the script's own arguments, passed on unchanged
+    args: list[str] = Field(default_factory=list)
+    #: knob -> the script's option that takes it (``{batch_size: "--batch-size"}``): ``--batch-size 64`` is appended
+    knob_args: dict[str, str] = Field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"script:{Path(self.script).name}"
+
+
 class Plan(PlanRecord):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=80)
-    workload: str
+    workload: Union[str, ScriptWorkload]
     workload_params: dict[str, Any] = Field(default_factory=dict)
     device: Literal["CPU", "GPU", "Ascend"] = "CPU"
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     burst: BurstSettings = Field(default_factory=BurstSettings)
     baseline: dict[str, Any] = Field(default_factory=dict)
     variables: dict[str, list[Any]] = Field(default_factory=dict)

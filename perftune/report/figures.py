@@ -7,10 +7,12 @@ nothing to draw, so the template can say why a figure is missing instead of show
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import math
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
+import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -24,6 +26,18 @@ PHASE_COLORS = {"data": "#e69f00", "forward": "#0072b2", "backward": "#56b4e9", 
 VERDICT_COLORS = {"baseline": "#7f7f7f", "kept": "#2e8b57", "slower": "#c0392b", "accuracy rejected": "#c0392b",
                   "not significant": "#9db4c8", "no effect": "#9db4c8", "dropped": "#9db4c8", "measured": "#8e7cc3"}
 CURVE_COLORS = ["#555555", "#0072b2", "#2e8b57", "#e69f00", "#cc79a7", "#d55e00", "#56b4e9", "#8e7cc3"]
+
+
+def plain_text(draw: Callable[..., Optional[str]]) -> Callable[..., Optional[str]]:
+    """Draw with ``text.parse_math`` off: labels come from plans and knob values, and a ``$...$`` in one must be
+    shown as written, not parsed (and possibly rejected) by matplotlib's mathtext."""
+
+    @functools.wraps(draw)
+    def wrapper(*args, **kwargs):
+        with matplotlib.rc_context({"text.parse_math": False}):
+            return draw(*args, **kwargs)
+
+    return wrapper
 
 
 def _png(fig: Figure) -> str:
@@ -48,6 +62,7 @@ def _style(ax, xlabel: str) -> None:
         ax.spines[side].set_visible(False)
 
 
+@plain_text
 def splits_figure(rows: Sequence[dict]) -> Optional[str]:
     """Stacked horizontal bars of ms per step by phase.
 
@@ -85,6 +100,7 @@ def splits_figure(rows: Sequence[dict]) -> Optional[str]:
     return _png(fig)
 
 
+@plain_text
 def throughput_figure(rows: Sequence[dict]) -> Optional[str]:
     """Median throughput per trial; whiskers span the slowest and fastest timed window of that process.
 
@@ -114,6 +130,7 @@ def throughput_figure(rows: Sequence[dict]) -> Optional[str]:
     return _png(fig)
 
 
+@plain_text
 def waterfall_figure(ablation: pd.DataFrame, final: Optional[tuple[float, float, float]]) -> Optional[str]:
     """Cumulative speed-up over the baseline, one stack step at a time; ``final`` is (ratio, ci_low, ci_high).
 
@@ -178,6 +195,7 @@ def _coincide(curves: Sequence[dict]) -> bool:
                                         for a, b in zip(p, drawn[0])) for p in drawn[1:])
 
 
+@plain_text
 def loss_figure(curves: Sequence[dict], metric: str, tolerance: Optional[float]) -> Optional[str]:
     """:func:`loss_plot` as a PNG ``data:`` URI."""
     fig = loss_plot(curves, metric, tolerance)
@@ -243,6 +261,7 @@ def loss_plot(curves: Sequence[dict], metric: str, tolerance: Optional[float]) -
     return fig
 
 
+@plain_text
 def memory_figure(rows: Sequence[dict]) -> Optional[str]:
     """Peak memory per trial: host RSS of the burst process and, when known, the allocator / device peak.
 

@@ -30,7 +30,7 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
         return "\n".join(lines)
     acc = r.accuracy
     lines = [
-        f"trial {r.trial_id}: ok ({r.workload} on {r.device}, {r.parameter_count:,} parameters)",
+        f"trial {r.trial_id}: ok ({r.workload} on {r.device}, {_num(r.parameter_count, ',')} parameters)",
         f"  throughput   {lm.throughput_text(r)}"
         + (f", model {lm.model_gflop_per_s(r):.2f} GFLOP/s" if lm.model_gflop_per_s(r) else ""),
         f"  step time    mean {_num(r.step_ms_mean, '.2f')} ms (median {r.step_ms_median:.2f}, p10 {r.step_ms_p10:.2f}, "

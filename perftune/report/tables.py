@@ -5,6 +5,7 @@ Columns carry their units.  The Markdown is meant to be pasted into a pull reque
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 from typing import Optional
 
@@ -134,24 +135,31 @@ def to_markdown(df: pd.DataFrame, metric: str) -> str:
             if row.get("data_ms") is not None and not pd.isna(row.get("data_ms")) else ""
         change = row.get(f"{metric}_change")
         cells = [
-            str(row["configuration"]), str(row.get("verdict", "")), num(row.get("samples_per_s"), ".1f"),
+            md_text(row["configuration"]), md_text(row.get("verdict", "")), num(row.get("samples_per_s"), ".1f"),
             _fmt_speedup(row), step_text(row.get("step_ms"), row.get("step_ms_median")), splits,
             num(row.get("compile_s"), ".1f"), num(row.get("peak_mem_mb"), ".1f"),
             num(row.get(metric), ".4f"), num(change, "+.1%"),
-            str(row.get("reason", "") or "").replace("|", "\\|"),
+            md_text(row.get("reason", "") or ""),
         ]
         cells = _with_optional(cells, base_head, extras, lambda c: num(row.get(c[1]), c[2]))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
+def md_text(value) -> str:
+    """A value as Markdown text that renders as written: HTML escaped (an exception message may hold tags, and
+    ablation.md goes into pull requests), ``|`` escaped (table cells) and on one line."""
+    text = html.escape(str(value), quote=False).replace("|", "\\|")
+    return " ".join(text.splitlines())
+
+
 def markdown_report(result: SweepResult) -> str:
     metric = result.plan.accuracy.metric
-    parts = [f"## perftune: {result.plan.name} ({result.plan.workload} on {result.plan.device})",
+    parts = [f"## perftune: {md_text(result.plan.name)} ({md_text(result.plan.workload)} on {result.plan.device})",
              ""]
     if result.best_label and result.best_vs_baseline:
         b = result.best_vs_baseline
-        parts.append(f"Best configuration: **{result.best_label}**, against the baseline: "
+        parts.append(f"Best configuration: **{md_text(result.best_label)}**, against the baseline: "
                      f"{speed_text(b.ratio, b.ci_low, b.ci_high)} (throughput, 95% interval).")
         parts.append("")
     if result.aa_check:
@@ -165,14 +173,14 @@ def markdown_report(result: SweepResult) -> str:
     if not loo.empty:
         parts += ["### Leave one out (final stack minus one change)", "", to_markdown(loo, metric)]
     if result.order_rule:
-        parts += [f"Order rule: {result.order_rule}.", ""]
+        parts += [f"Order rule: {md_text(result.order_rule)}.", ""]
     parts += ["Ratios: the configuration's speed against its reference, `x1.23 faster` / `x1.10 slower` with the 95% "
               "interval of that same factor.  Step time: the mean over the timed steps (throughput is batch / mean "
               "step, and the splits add up to it), the median beside it.  Compile: the first step.", ""]
     decisions = comparison_lines(result)
     if decisions:
         parts += ["### Decisions (processes used, interval, verdict and why)", "",
-                  *[f"- {line}" for line in decisions], "", noise_line(result), ""]
+                  *[f"- {md_text(line)}" for line in decisions], "", noise_line(result), ""]
     return "\n".join(parts)
 
 

@@ -7,12 +7,28 @@ it.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Optional
 
-from perftune.io.files import SPEC_NAME, TRIAL_NAME
+from perftune.io.files import LOG_NAME, MSRUN_LOG_DIR, SPEC_NAME, TRIAL_NAME
 from perftune.io.records import TrialResult, TrialSpec
 from perftune.io.store import write_json_atomic
+
+
+#: what an unfinished attempt leaves in a trial folder: a redone trial must not find (and mix in) any of it; the
+#: profiler refuses a folder holding a second run ("two profiler folders for rank 0")
+PARTIAL = ("profile", "kernel_meta", "rank_*", MSRUN_LOG_DIR, LOG_NAME, TRIAL_NAME, ".*.tmp")
+
+
+def clear_partial(trial_dir: Path) -> None:
+    """Remove the outputs of an earlier attempt at this trial (never ``spec.json``, never other files)."""
+    for pattern in PARTIAL:
+        for path in Path(trial_dir).glob(pattern):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 def run_trial(spec: TrialSpec, trial_dir: Path, timeout_s: Optional[float] = None) -> TrialResult:
@@ -22,7 +38,10 @@ def run_trial(spec: TrialSpec, trial_dir: Path, timeout_s: Optional[float] = Non
 
     trial_dir = Path(trial_dir)
     trial_dir.mkdir(parents=True, exist_ok=True)
-    (trial_dir / TRIAL_NAME).unlink(missing_ok=True)
+    if (trial_dir / SPEC_NAME).exists():  # perftune's own folder from an earlier attempt (never a stranger's)
+        clear_partial(trial_dir)
+    else:
+        (trial_dir / TRIAL_NAME).unlink(missing_ok=True)
     write_json_atomic(trial_dir / SPEC_NAME, spec.model_dump(mode="json"))
     timeout = float(timeout_s if timeout_s is not None else spec.burst.timeout_s)
     if int(spec.knobs["workers"]) >= 2:  # one rank per worker under msrun; writes trial.json itself

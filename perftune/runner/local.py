@@ -17,7 +17,9 @@ from perftune.errors import UserError
 from perftune.io.files import LOG_NAME, TRIAL_NAME, read_trial_if_present
 from perftune.io.records import TrialResult, TrialSpec, failed_result
 from perftune.io.store import write_json_atomic
-from perftune.runner.process import BURST_MODULE, burst_env, classify_exit, die_with_parent, kill_group, log_tail
+from perftune.runner.process import (BURST_MODULE, burst_env, classify_exit, die_with_parent, kill_group,
+                                     killed_from_outside, log_tail)
+from perftune.runner.reaper import TrialProcesses, oom_kills
 
 
 def run_local(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> TrialResult:
@@ -25,36 +27,46 @@ def run_local(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> TrialResult
     result_path = trial_dir / TRIAL_NAME
     log_path = trial_dir / LOG_NAME
     started = time.perf_counter()
+    trial_procs = TrialProcesses()  # the sweep becomes the subreaper of the burst's orphans
+    ooms_before = oom_kills()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", BURST_MODULE, str(trial_dir.resolve())],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=burst_env(), start_new_session=True, preexec_fn=die_with_parent, cwd=str(trial_dir.resolve()),
+            env=trial_procs.env(burst_env()), start_new_session=True, preexec_fn=die_with_parent, cwd=str(trial_dir.resolve()),
         )
         status: Optional[str] = None
         reason: Optional[str] = None
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            trial_procs.watch(proc.pid)
             kill_group(proc)
             status, reason = "timeout", f"the burst ran past timeout_s={timeout_s:g} s and was stopped"
         except BaseException:  # Ctrl-C: stop the burst and its children, then let the caller handle it
+            trial_procs.watch(proc.pid)
             kill_group(proc)
             raise
         else:
             kill_group(proc)  # dataset worker processes may outlive the leader
+        finally:
+            trial_procs.kill_leftovers()  # setsid'd descendants and orphans re-parented to the sweep
     wall_s = time.perf_counter() - started
     unreadable: Optional[str] = None
     try:
         result = read_trial_if_present(result_path)
     except UserError as exc:  # written atomically, yet unreadable (e.g. by another perftune version): say so
         result, unreadable = None, str(exc)
+    retry = False
     if status is None and result is None:
-        status, reason = classify_exit(proc.returncode, log_path)
+        ooms_after = oom_kills()
+        ooms = ooms_after - ooms_before if ooms_after is not None and ooms_before is not None else None
+        status, reason = classify_exit(proc.returncode, log_path, ooms)
+        retry = killed_from_outside(proc.returncode, status)
         if unreadable:
-            status, reason = "failed", f"the burst wrote a trial.json this perftune cannot read: {unreadable}"
+            status, reason, retry = "failed", f"the burst wrote a trial.json this perftune cannot read: {unreadable}", False
     if result is None or status == "timeout":
-        result = failed_result(spec, status or "failed", reason)
+        result = failed_result(spec, status or "failed", reason, retry_on_resume=retry)
     if result.status != "ok" and not result.log_tail:
         result.log_tail = log_tail(log_path)
     result.wall_s = wall_s

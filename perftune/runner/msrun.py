@@ -69,6 +69,7 @@ from perftune.runner.process import (
     processes_of,
 )
 from perftune.runner.ranks import aggregate
+from perftune.runner.reaper import TrialProcesses
 
 POLL_S = 0.2
 PORT_ATTEMPTS = 3  # a port picked free can be taken before msrun's scheduler binds it: pick another and retry
@@ -193,7 +194,8 @@ def _clean(trial_dir: Path, cluster: Cluster) -> None:
 
 def _run_once(spec: TrialSpec, trial_dir: Path, cluster: Cluster, port: int,
               timeout_s: float) -> tuple[_Outcome, dict[int, TrialResult]]:
-    env = burst_env()
+    leftovers = TrialProcesses()  # ranks that escaped msrun's tree are re-parented to us and killed at the end
+    env = leftovers.env(burst_env())
     env[NODE_RANK_ENV] = str(cluster.node_rank)
     # on one host every msrun thinks it is the master and starts a scheduler: only node 0's may serve
     env["PERFTUNE_SCHEDULER"] = "1" if cluster.runs_scheduler else "0"
@@ -213,6 +215,7 @@ def _run_once(spec: TrialSpec, trial_dir: Path, cluster: Cluster, port: int,
                 outcome.exit_code = proc.returncode
         finally:  # also on Ctrl-C: nothing of this trial may outlive it
             watch.stop()
+            leftovers.kill_leftovers()
     return outcome, watch.results
 
 

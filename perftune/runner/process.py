@@ -11,8 +11,11 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import psutil
+
+from perftune.runner.reaper import killed_by_signal
 
 KILL_GRACE_S = 3.0
 BURST_MODULE = "perftune.burst"  # started by name (python -m): the launchers never import the child's code
@@ -32,23 +35,33 @@ def log_tail(path: Path, lines: int = 30, max_chars: int = 4000) -> str:
     return "\n".join(kept)[-max_chars:]
 
 
-def kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the child's process group, then SIGKILL whatever is left after a grace period."""
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 10.0)):
+def kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
+    """SIGTERM the child's process group, then SIGKILL whatever is left after a grace period.
+
+    A Ctrl-C during the grace period shortens it, never skips the kill: the KeyboardInterrupt is raised again once
+    the group is gone."""
+    interrupted = False
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=grace_s)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    except KeyboardInterrupt:
+        interrupted = True
+    for _ in range(3):  # the leader is gone or out of time; make sure no straggler of its group survives it
         try:
-            os.killpg(proc.pid, sig)
+            os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
-            return
+            pass
         try:
-            proc.wait(timeout=wait)
-            # the leader is gone; make sure no straggler of its group survives it
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            return
+            proc.wait(timeout=10.0)
+            break
         except subprocess.TimeoutExpired:
-            continue
+            break
+        except KeyboardInterrupt:
+            interrupted = True
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 def die_with_parent() -> None:
@@ -74,15 +87,28 @@ def burst_env() -> dict[str, str]:
     return env
 
 
-def classify_exit(returncode: int, log_path: Path) -> tuple[str, str]:
-    """(status, reason) of a burst that exited without writing its result."""
+def classify_exit(returncode: int, log_path: Path, oom_kills: Optional[int] = None) -> tuple[str, str]:
+    """(status, reason) of a burst that exited without writing its result (and was not stopped by perftune).
+
+    "oom" only with evidence: the cgroup counted ``oom_kills`` kernel out-of-memory kills during the trial, or the
+    log says so.  A burst killed by a signal without such evidence is "failed" with the signal named (see
+    ``killed_from_outside``: such a trial is measured again on a resume)."""
     tail = log_tail(log_path, lines=50).lower()
-    if returncode in (-signal.SIGKILL, 137) or "out of memory" in tail or "memoryerror" in tail:
-        if "memory" in tail or returncode in (-signal.SIGKILL, 137):
-            return "oom", f"the burst was killed (exit {returncode}); most likely out of memory"
-    if returncode < 0:
-        return "failed", f"the burst died from signal {signal.Signals(-returncode).name}"
+    signame = killed_by_signal(returncode)
+    if signame and oom_kills:
+        return "oom", (f"the burst was killed by {signame} while the kernel's out-of-memory killer struck "
+                       f"{oom_kills} time(s) in this cgroup (memory.events oom_kill): out of memory")
+    if "out of memory" in tail or "memoryerror" in tail:
+        return "oom", f"the burst exited with code {returncode} and its log says it ran out of memory"
+    if signame:
+        return "failed", (f"the burst was killed by {signame}, a signal perftune did not send (no out-of-memory "
+                          f"record in the cgroup); it is measured again on a resume")
     return "failed", f"the burst exited with code {returncode} without writing trial.json"
+
+
+def killed_from_outside(returncode: Optional[int], status: str) -> bool:
+    """A burst that someone else's signal ended: not a property of its configuration, so a resume retries it."""
+    return returncode is not None and status == "failed" and killed_by_signal(returncode) is not None
 
 
 def alive(p: psutil.Process) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -29,11 +30,10 @@ def check_reference(ref: str) -> str | None:
     if not module_name or not func_name or module_name.startswith(".") or module_name.endswith(".") \
             or not all(part.isidentifier() for part in module_name.split(".")) or not func_name.isidentifier():
         return f"workload {ref!r} is not of the form 'package.module:function'"
+    if module_name.split(".")[0] == "__main__":
+        return f"workload {ref!r}: __main__ is the running program, not a module; name the module that defines it"
     with working_directory_on_path():
-        try:
-            spec = importlib.util.find_spec(module_name) if _importable_parent(module_name) else None
-        except (ImportError, ValueError):
-            spec = None
+        spec = find_without_running(module_name)
     if spec is None:
         return (f"workload {ref!r}: module {module_name!r} cannot be found on the Python path (the working "
                 f"directory {os.getcwd()} is on it: run perftune from the folder your package lives in)")
@@ -55,15 +55,33 @@ def working_directory_on_path() -> Iterator[None]:
             sys.path.remove(cwd)
 
 
-def _importable_parent(module_name: str) -> bool:
-    parent = module_name.rpartition(".")[0]
-    if not parent:
-        return True
-    try:
-        importlib.import_module(parent)
-    except ImportError:
-        return False
-    return True
+def find_without_running(module_name: str):
+    """The module's import spec, found without executing it or its parent packages (None where not found).
+
+    ``importlib.util.find_spec("a.b")`` would import (run) ``a`` first; here each level is looked up in the
+    parent's ``__path__`` as recorded in its spec, so nothing runs.  A package that builds its ``__path__`` at
+    import time (rare) is not found this way; modules already imported are taken as they are."""
+    parts = module_name.split(".")
+    spec = None
+    for i in range(len(parts)):
+        name = ".".join(parts[: i + 1])
+        if name in sys.modules:
+            spec = getattr(sys.modules[name], "__spec__", None)
+            if spec is None:
+                return None
+            continue
+        try:
+            if i == 0:
+                spec = importlib.util.find_spec(name)  # a top-level name: found on sys.path, not imported
+            elif spec is None or spec.submodule_search_locations is None:
+                return None  # the parent is a plain module: it has no submodules
+            else:
+                spec = importlib.machinery.PathFinder.find_spec(name, list(spec.submodule_search_locations))
+        except (ImportError, ValueError):
+            return None
+        if spec is None:
+            return None
+    return spec
 
 
 def resolve(ref: str) -> Callable[..., Workload]:

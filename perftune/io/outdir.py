@@ -1,0 +1,188 @@
+"""A sweep folder has one writer at a time and holds only what perftune made.
+
+Two sweeps writing one folder run every trial twice and lose each other's profiles; ``output_dir: ../victim`` with
+``--fresh`` must never delete a file perftune did not write.  So a sweep first checks that the folder is its own
+(empty, or marked by ``.perftune-sweep``, or holding a perftune ``results.json`` from before the marker existed),
+then takes ``.perftune.lock`` (``flock``: the kernel drops it when its owner dies, even by SIGKILL; the file names
+the owner's PID and host for the message), and ``--fresh`` deletes only perftune's own files.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+import shutil
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from perftune.errors import UserError
+from perftune.io.files import RESULTS_NAME, SPEC_NAME, SWEEP_KIND, TRIALS_DIR
+
+LOCK_NAME = ".perftune.lock"
+MARKER_NAME = ".perftune-sweep"
+#: files a sweep writes at the top of its folder (besides results.json, trials/ and cache/)
+OWN_FILES = ("ablation.csv", "ablation.md", "singles.csv", "report.html")
+TRIAL_DIR_PATTERN = re.compile(r"^[0-9a-f]{12}$")
+#: what MindSpore's profiler accepts in its output path (mindspore/profiler/common/path_manager.py)
+PROFILER_PATH = re.compile(r"(\.|/|_|-|\s|[~0-9a-zA-Z]|[\u4e00-\u9fa5])+")
+
+
+def cannot_write(path: Path, exc: OSError) -> UserError:
+    """The one-line error for an output that cannot be written (read-only folder, disk full, ...)."""
+    return UserError(f"{path}: cannot be written ({exc.strerror or exc})")
+
+
+def _is_own_results(path: Path) -> bool:
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("kind") == SWEEP_KIND
+
+
+def _is_own_trial_dir(path: Path) -> bool:
+    """A folder perftune made for a trial: named by a trial id, holding its spec.json (or still empty)."""
+    if not (path.is_dir() and not path.is_symlink() and TRIAL_DIR_PATTERN.match(path.name)):
+        return False
+    return (path / SPEC_NAME).is_file() or not any(path.iterdir())
+
+
+def check_own_folder(out: Path) -> None:
+    """Refuse (one line) a folder that holds files perftune did not write, or a results.json of someone else."""
+    out = Path(out)
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise UserError(f"{out}: not a folder (the sweep's output folder must be a folder)")
+    results = out / RESULTS_NAME
+    if results.exists() and not _is_own_results(results):
+        raise UserError(f"{out}: its {RESULTS_NAME} was not written by a perftune sweep; refusing to overwrite it "
+                        "(choose another --out or output_dir)")
+    if (out / MARKER_NAME).is_file() or results.exists():
+        return
+    foreign = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (" ..." if len(foreign) > 3 else "")
+        raise UserError(f"{out}: holds files perftune did not write ({shown}); a sweep writes only into an empty "
+                        "folder or one of its own (choose another --out or output_dir)")
+
+
+def check_own_trial_folder(trial_dir: Path) -> None:
+    """``perftune run --out DIR``: DIR must be empty, new, or a trial folder perftune made (it holds spec.json)."""
+    trial_dir = Path(trial_dir)
+    if trial_dir.is_dir() and any(trial_dir.iterdir()) and not (trial_dir / SPEC_NAME).is_file():
+        raise UserError(f"{trial_dir}: holds files perftune did not write; a trial runs only in an empty folder or "
+                        "one of its own trial folders (choose another --out)")
+
+
+def check_profiler_path(out: Path) -> None:
+    """MindSpore's profiler refuses some characters in its path and every profile would fail: refuse up front."""
+    resolved = str(Path(out).resolve())
+    if not PROFILER_PATH.fullmatch(resolved):
+        bad = sorted({c for c in resolved if not PROFILER_PATH.fullmatch(c)})
+        raise UserError(f"{out}: MindSpore's profiler refuses the character(s) {' '.join(map(repr, bad))} in its "
+                        "path (allowed: letters, digits, space, . / _ - ~); choose another --out or set "
+                        "burst.profile_steps: 0")
+
+
+@dataclass
+class FolderLock:
+    """The held ``.perftune.lock`` of a sweep folder; ``stale`` names the dead owner it was taken from, if any."""
+
+    path: Path
+    fd: int
+    stale: Optional[str] = None
+
+    def release(self) -> None:
+        if self.fd < 0:
+            return
+        try:
+            os.unlink(self.path)  # while still holding it: a waiting sweep re-checks the inode and retries
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = -1
+
+
+def _owner_text(raw: str) -> str:
+    try:
+        owner = json.loads(raw)
+        return f"process {owner['pid']} on host {owner['host']} (since {owner.get('since', '?')})"
+    except (ValueError, KeyError, TypeError):
+        return "another process"
+
+
+def lock_folder(out: Path, since: str = "") -> FolderLock:
+    """Take the folder's lock or raise ``UserError`` naming its owner; a dead owner's lock is taken over."""
+    out = Path(out)
+    path = out / LOCK_NAME
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise cannot_write(out, exc) from None
+    for _ in range(10):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise cannot_write(path, exc) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            raw = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+            os.close(fd)
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise cannot_write(path, exc) from None
+            raise UserError(f"{out}: another sweep is writing this folder ({_owner_text(raw)}); wait for it, "
+                            "stop it, or choose another --out") from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # its owner released (unlinked) it between our open and flock: try the new file
+            os.close(fd)
+            continue
+        previous = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+        stale = _owner_text(previous) if previous else None
+        text = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since}) + "\n"
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, text.encode(), 0)
+        except OSError as exc:
+            os.close(fd)
+            raise cannot_write(path, exc) from None
+        return FolderLock(path, fd, stale)
+    raise UserError(f"{out}: the lock {LOCK_NAME} keeps changing hands; is another sweep starting there?")
+
+
+def mark_own(out: Path) -> None:
+    """Mark the folder as a perftune sweep folder (so a later sweep or ``--fresh`` knows it may write there)."""
+    marker = Path(out) / MARKER_NAME
+    if not marker.exists():
+        marker.write_text("This folder holds a perftune sweep: perftune writes and deletes only its own files "
+                          "here.\n", encoding="utf-8")
+
+
+def clear_own(out: Path) -> list[str]:
+    """``--fresh``: delete perftune's results and trial folders, nothing else; returns what was left in place."""
+    out = Path(out)
+    results = out / RESULTS_NAME
+    if results.exists() and _is_own_results(results):
+        results.unlink()
+    for name in OWN_FILES:
+        (out / name).unlink(missing_ok=True)
+    kept: list[str] = []
+    trials = out / TRIALS_DIR
+    if trials.is_dir() and not trials.is_symlink():
+        for child in sorted(trials.iterdir()):
+            if _is_own_trial_dir(child):
+                shutil.rmtree(child)
+            else:
+                kept.append(str(child))
+        if not kept:
+            trials.rmdir()
+    return kept

@@ -1,0 +1,50 @@
+"""User-facing failures without a burst (issue 15 item 15): hostile labels reach matplotlib as plain text, files of
+another tool or schema are named precisely, compare's Markdown escapes HTML."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from perftune.cli import main
+
+
+@pytest.mark.parametrize("label", ["$\\undefinedcommand{x}$", "cost in $ and $$", "$x^{$"])
+def test_labels_with_dollars_are_drawn_as_written(label):
+    from perftune.report.figures import throughput_figure
+
+    rows = [{"label": label, "verdict": "kept", "samples_per_s": 100.0, "window_min": 90.0, "window_max": 110.0,
+             "speedup_text": "$1.00$"}, {"label": "baseline", "verdict": "baseline", "samples_per_s": 80.0}]
+    assert throughput_figure(rows).startswith("data:image/png;base64,")
+
+
+def test_a_folder_of_someone_elses_trial_json_files_is_named_precisely(tmp_path):
+    for side in ("old", "new"):
+        (tmp_path / side / "run1").mkdir(parents=True)
+        (tmp_path / side / "run1" / "trial.json").write_text(json.dumps({"run": 1, "loss": 0.5}))
+    result = CliRunner().invoke(main, ["compare", str(tmp_path / "old"), str(tmp_path / "new")])
+    assert result.exit_code == 2, result.output
+    line = result.stderr.strip()
+    assert "\n" not in line and "old/run1/trial.json: neither a perftune results.json" in line
+    assert "its fields are loss, run (another tool's file or another schema)" in line
+
+
+def test_compare_markdown_escapes_html():
+    from perftune.compare.render import _md  # noqa: PLC2701 - the one escaping function of the renderer
+
+    assert _md("<b>x</b> | y & z") == "&lt;b&gt;x&lt;/b&gt; \\| y &amp; z"
+
+
+def test_run_refuses_a_folder_of_someone_elses_files(tmp_path):
+    import yaml
+
+    plan = tmp_path / "p.yaml"
+    plan.write_text(yaml.safe_dump({"name": "r", "workload": "mlp"}))
+    mine = tmp_path / "mine"
+    (mine / "profile").mkdir(parents=True)
+    (mine / "profile" / "keep.txt").write_text("mine")
+    result = CliRunner().invoke(main, ["run", str(plan), "--out", str(mine)])
+    assert result.exit_code == 2 and "holds files perftune did not write" in result.stderr, result.output
+    assert (mine / "profile" / "keep.txt").read_text() == "mine"
