@@ -12,11 +12,13 @@ import os
 import shlex
 import signal
 import sys
+import time
 from pathlib import Path
 
 import click
 
 from perftune.errors import UserError
+from perftune.report.format import reason_text
 
 
 def user_errors(func):
@@ -49,13 +51,19 @@ def leave(code: int) -> None:
 
 
 class SweepProgressDisplay:
-    """The sweep's progress on stderr: a tqdm bar on a terminal, plain lines otherwise (CI logs), or nothing."""
+    """The sweep's progress on stderr: a tqdm bar on a terminal; otherwise (CI logs, ``nohup``) each line as it
+    happens (a process measured, a verdict), flushed, with the lines done of those expected, the time elapsed and an
+    estimate of the time left (elapsed per line x lines left), ratios in the one convention; or nothing."""
 
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
         self.bar = None
+        self.total = 0
+        self.finished = 0
+        self.started = time.monotonic()
 
     def begin(self, total: int) -> None:
+        self.total, self.finished, self.started = total, 0, time.monotonic()
         if self.enabled and sys.stderr.isatty():
             from tqdm import tqdm
 
@@ -66,14 +74,26 @@ class SweepProgressDisplay:
         if self.bar is not None:
             self.bar.set_description(label[:50])
 
+    def timing(self) -> str:
+        """``[3/9 done, 1 min 02 s elapsed, ~2 min 04 s left]``: progress lines (a process measured, a verdict) given
+        of those expected so far (no estimate before the first)."""
+        elapsed = time.monotonic() - self.started
+        left = max(self.total - self.finished, 0)
+        estimate = f", ~{_clock(elapsed / self.finished * left)} left" if self.finished and left else \
+            (", none left" if self.finished and not left else "")
+        return f"[{self.finished}/{self.total} done, {_clock(elapsed)} elapsed{estimate}]"
+
     def done(self, line: str) -> None:
+        self.finished += 1
+        self.total = max(self.total, self.finished)  # a line past those expected (the sweep grows the bar after it)
         if self.bar is not None:
-            self.bar.write(line, file=sys.stderr)
+            self.bar.write(reason_text(line), file=sys.stderr)
             self.bar.update(1)
         elif self.enabled:
-            print(line, file=sys.stderr, flush=True)
+            print(f"{reason_text(line)}  {self.timing()}", file=sys.stderr, flush=True)
 
     def grow(self, n: int) -> None:
+        self.total += max(n, 0)
         if self.bar is not None and n > 0:
             self.bar.total += n
             self.bar.refresh()
@@ -82,6 +102,11 @@ class SweepProgressDisplay:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
 def _write_file(path: Path, text: str) -> None:

@@ -261,7 +261,7 @@ class Burst:
             return
         from perftune.profile.session import ProfilerSession
 
-        summary = ProfileSummary(profiled_steps=n, unprofiled_step_ms=self.result.step_ms_median)
+        summary = ProfileSummary(profiled_steps=n, unprofiled_step_ms=self.result.step_ms_mean)
         self.result.profile = summary
         out = self.dir / "profile"
         try:

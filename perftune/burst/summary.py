@@ -93,27 +93,32 @@ def analyse_profile(result: TrialResult, summary: ProfileSummary, records: list[
                     trial_dir: Path) -> None:
     """Fill ``summary`` from the profile in ``out`` of the profiled ``records``.
 
-    The splits divide the *unprofiled* timed step (the one throughput comes from): op time per step from the
-    profiled steps, data waiting from the timed steps.  The profiled steps' own data wait is not representative:
-    the pipeline refills its queue while the profiler starts.
+    The splits divide the *unprofiled* timed mean step (the one throughput comes from): data waiting from the timed
+    steps (the profiled steps' own is not representative: the pipeline refills its queue while the profiler
+    starts), the op phases as their shares of the profiled steps' compute time, carried to the timed step.
     """
     from perftune.profile.layouts import load_profile
-    from perftune.profile.splits import compute_splits, top_ops
+    from perftune.profile.splits import compute_splits, top_op_types, top_ops
 
     summary.profiled_step_ms = float(np.mean([r.step_ms for r in records]))
-    if result.step_ms_median:
-        summary.overhead_ratio = summary.profiled_step_ms / result.step_ms_median
+    if result.step_ms_mean:
+        summary.overhead_ratio = summary.profiled_step_ms / result.step_ms_mean
+    # the timed mean step is divided (what throughput and the phases add up to); the op phases are their shares of
+    # the profiled steps' own compute time (compute_splits: the profiler slows every launch)
     timed = [r for r in result.steps if r.phase == "timed"]
     step_ms = float(np.mean([r.step_ms for r in timed]))
     data_ms = float(np.mean([r.data_wait_ms for r in timed]))
+    profiled_data_ms = float(np.mean([r.data_wait_ms for r in records]))
     try:
         data = load_profile(out)
         summary.layout = data.layout
         summary.profile_dir = os.path.relpath(data.root, trial_dir)
         if data.trace_file is not None:
             summary.trace_file = os.path.relpath(data.trace_file, trial_dir)
-        summary.splits = compute_splits(data, len(records), step_ms, data_ms)
+        summary.splits = compute_splits(data, len(records), step_ms, data_ms, summary.profiled_step_ms,
+                                        profiled_data_ms)
         summary.top_ops = top_ops(data, 10)
+        summary.top_op_types = top_op_types(data, len(records), 10)
         summary.peak_allocated_bytes = data.peak_allocated_bytes
         result.memory.allocator_peak_bytes = data.peak_allocated_bytes
     except Exception as exc:

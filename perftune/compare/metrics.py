@@ -54,8 +54,9 @@ class ConfigComparison:
 
 
 def step_rate_windows(result: TrialResult) -> list[float]:
-    """Steps per second from each window's median step time: the step-time comparison runs on its inverse."""
-    return [1e3 / w.median_step_ms for w in result.windows if w.median_step_ms > 0]
+    """Steps per second from each window's mean step (its time / its steps, the one step statistic of every
+    output): the step-time comparison runs on its inverse."""
+    return [w.steps * 1e3 / w.total_ms for w in result.windows if w.total_ms > 0 and w.steps > 0]
 
 
 def _measurement(entries: list[Entry],
@@ -90,11 +91,14 @@ def _interval_metric(name: str, unit: str, old: list[Entry], new: list[Entry], n
                                             ("OLD" if ref is None else "NEW"))
         return mc
     c = stats.compare(ref, cand, noise, confidence, min_gain=threshold)
+    # the values shown are the centres the ratio is estimated from (geometric mean of the processes' window
+    # means), so NEW / OLD is the ratio exactly and the numbers never point the other way from it
+    old_centre, new_centre = math.exp(ref.process_means().mean()), math.exp(cand.process_means().mean())
     if invert:  # step time: the ratio of times is the inverse of the ratio of rates
-        mc.old, mc.new = 1e3 / ref.median, 1e3 / cand.median
+        mc.old, mc.new = 1e3 / old_centre, 1e3 / new_centre
         mc.ratio, mc.ci_low, mc.ci_high = 1 / c.ratio, 1 / c.ci_high, 1 / c.ci_low
     else:
-        mc.old, mc.new = ref.median, cand.median
+        mc.old, mc.new = old_centre, new_centre
         mc.ratio, mc.ci_low, mc.ci_high = c.ratio, c.ci_low, c.ci_high
     mc.change, mc.p_value = mc.ratio - 1, c.p_value
     mc.verdict = INTERVAL_VERDICTS[c.verdict]

@@ -10,7 +10,10 @@ from perftune.compare.metrics import MEMORY_FIELDS, MEMORY_NAMES, ConfigComparis
 from perftune.compare.run import CompareReport
 from perftune.io.plan import ACCURACY_METRICS
 from perftune.io.records import PHASES
+from perftune.report.format import speed_text, time_ratio_text
 
+#: metrics that are times (lower is faster): their ratio reads "x1.10 slower" / "x1.23 faster", as throughput's does
+TIME_METRICS = ("step_time", "data_wait", *(f"split.{p}" for p in PHASES))
 
 
 def _num(v: Optional[float], unit: str = "") -> str:
@@ -21,21 +24,32 @@ def _num(v: Optional[float], unit: str = "") -> str:
     return f"{text} {unit}".rstrip()
 
 
-def _pct(change: Optional[float]) -> str:
-    return "n/a" if change is None else f"{change:+.1%}"
-
-
 def _interval_text(mc: MetricChange) -> str:
-    if mc.interval and mc.ci_low is not None:
-        return f"[{mc.ci_low:.3f}, {mc.ci_high:.3f}]"
-    return "none (threshold only)"
+    full = _ratio_text(mc, interval=True) if mc.interval and mc.ci_low is not None else ""
+    return full[full.index("["):] if "[" in full else "none (threshold only)"
+
+
+def _ratio_text(mc: MetricChange, interval: bool = False) -> str:
+    """The one ratio convention of every output: ``x1.23 faster`` / ``x1.10 slower`` for throughput and times alike
+    (the interval, where asked, of that same factor); other metrics (memory, accuracy) as a signed percent with its
+    direction spelled out."""
+    lo, hi = (mc.ci_low, mc.ci_high) if interval and mc.interval else (None, None)
+    if mc.name == "throughput" and mc.ratio is not None:
+        return speed_text(mc.ratio, lo, hi, 3)
+    if mc.name in TIME_METRICS and mc.ratio is not None:
+        return time_ratio_text(mc.ratio, lo, hi, 3)
+    if mc.change is None:
+        return "n/a"
+    if f"{mc.change:+.1%}" in ("+0.0%", "-0.0%"):
+        return "no change"
+    return f"{mc.change:+.1%} " + ("higher" if mc.change > 0 else "lower")
 
 
 def _metric_line(mc: MetricChange) -> str:
     if mc.old is None and mc.new is None:
         return f"{mc.verdict}" + (f" ({mc.note})" if mc.note else "")
-    ratio = f"x{mc.ratio:.3f}" if mc.ratio is not None else "n/a"
-    ci = f" {_interval_text(mc)}" if mc.interval else ""
+    ratio = _ratio_text(mc, interval=True) if mc.ratio is not None else "n/a"
+    ci = ""
     note = f"; {mc.note}" if mc.note and mc.interval else (f" ({mc.note})" if mc.note and not mc.interval
                                                            and mc.verdict == "not comparable" else "")
     return f"{_num(mc.old, mc.unit)} -> {_num(mc.new, mc.unit)}  {ratio}{ci}  {mc.verdict}{note}"
@@ -63,21 +77,21 @@ def _detail_lines(cc: ConfigComparison) -> list[str]:
             lines.append(f"  {title:<12} {_metric_line(m[name])}")
     wait = m.get("data_wait")
     if wait is not None and wait.old is not None:
-        lines.append(f"  data wait    {_num(wait.old, 'ms')} -> {_num(wait.new, 'ms')} ({_pct(wait.change)}), "
+        lines.append(f"  data wait    {_num(wait.old, 'ms')} -> {_num(wait.new, 'ms')} ({_ratio_text(wait)}), "
                      "median of the timed steps (no interval)")
     splits = [m[f"split.{p}"] for p in PHASES if f"split.{p}" in m and m[f"split.{p}"].old is not None]
     if splits:
         lines.append("  splits (ms)  " + ", ".join(
-            f"{s.name[6:]} {_num(s.old)} -> {_num(s.new)} ({_pct(s.change)})" for s in splits)
-            + "  (profiled steps, no interval)")
+            f"{s.name[6:]} {_num(s.old)} -> {_num(s.new)} ({_ratio_text(s)})" for s in splits)
+            + "  (of the mean timed step, no interval)")
     mem = [m[f"memory.{k}"] for k in MEMORY_FIELDS if f"memory.{k}" in m]
     if mem:
         lines.append("  peak memory  " + ", ".join(  # median over runs of each run's peak
-            f"{MEMORY_NAMES[x.name[7:]]} {_num(x.old, 'MB')} -> {_num(x.new, 'MB')} ({_pct(x.change)})" for x in mem))
+            f"{MEMORY_NAMES[x.name[7:]]} {_num(x.old, 'MB')} -> {_num(x.new, 'MB')} ({_ratio_text(x)})" for x in mem))
     acc = [m[a] for a in ACCURACY_METRICS if a in m]
     if acc:
         lines.append("  accuracy     " + ", ".join(
-            f"{a.name} {_num(a.old)} -> {_num(a.new)} ({_pct(a.change) if a.verdict != 'not comparable' else a.note})"
+            f"{a.name} {_num(a.old)} -> {_num(a.new)} ({_ratio_text(a) if a.verdict != 'not comparable' else a.note})"
             for a in acc))
     for note in cc.notes:
         lines.append(f"  note         {note.text}")
@@ -88,16 +102,16 @@ def _table_row(cc: ConfigComparison, metric: str) -> list[str]:
     mc = cc.metrics.get(metric)
     if mc is None or (mc.old is None and mc.new is None):
         return [cc.label, "n/a", "n/a", "n/a", "n/a", cc.verdict]
-    ratio = f"x{mc.ratio:.3f}" if mc.ratio is not None else "n/a"
+    ratio = _ratio_text(mc) if mc.ratio is not None else "n/a"
     return [cc.label, f"{_num(mc.old)} ({cc.old_runs})", f"{_num(mc.new)} ({cc.new_runs})", ratio,
             _interval_text(mc), cc.verdict]
 
 
 def _columns(report: CompareReport) -> list[str]:
     unit = next((c.metrics[report.metric].unit for c in report.configurations if report.metric in c.metrics), "")
-    what = {"throughput": "samples/s", "step_time": "step ms"}.get(report.metric) or (
+    what = {"throughput": "samples/s", "step_time": "mean step ms"}.get(report.metric) or (
         f"{report.metric}" + (f" {unit}" if unit else ""))
-    return ["configuration", f"OLD {what} (runs)", f"NEW {what} (runs)", "NEW/OLD", "95% interval", "verdict"]
+    return ["configuration", f"OLD {what} (runs)", f"NEW {what} (runs)", "NEW vs OLD", "95% interval", "verdict"]
 
 
 def render_text(report: CompareReport) -> str:
@@ -148,7 +162,7 @@ def render_markdown(report: CompareReport) -> str:
     def cell(mc: Optional[MetricChange]) -> str:
         if mc is None or mc.old is None or mc.new is None:
             return "n/a"
-        return f"{_num(mc.old)} → {_num(mc.new)} ({_pct(mc.change)})"
+        return f"{_num(mc.old)} → {_num(mc.new)} ({_ratio_text(mc)})"
 
     for cc in report.configurations:
         m = cc.metrics
@@ -156,7 +170,8 @@ def render_markdown(report: CompareReport) -> str:
                                       + [cell(m.get(f"split.{p}")) for p in PHASES] + [cell(m.get("memory"))]
                                       + [cell(m.get(a)) for a in ACCURACY_METRICS]) + " |")
     out += ["", "Data wait, splits, memory and accuracy have no interval: the threshold applies to their relative "
-            "change.  Data wait is the median over the timed steps; the splits come from the few profiled steps.",
+            "change.  Step time is the mean step of the timed windows (throughput is batch / mean step); data wait "
+            "is the median over the timed steps; the splits are of the mean step, as shares of the profiled steps.",
             "", "</details>", ""]
     if report.warnings:
         out.append("**Warnings**")

@@ -100,6 +100,14 @@ class Splits(Record):
     #: the part of backward_ms that re-runs forward ops (recompute), where the profile's launches could be placed by
     #: time (None where not: the Ascend layout, or launches that do not split into steps)
     recompute_ms: Optional[float] = None
+    #: the profiled steps' own mean step and data wait: the op phases are their shares of the profiled steps'
+    #: compute time (step - data), carried to the timed step; None in splits written before (or without them)
+    profiled_step_ms: Optional[float] = None
+    profiled_data_ms: Optional[float] = None
+    #: the factor on the profiled op times: timed compute / profiled compute (0.64: the profiled steps' compute
+    #: ran x1.57 slower, the profiler's overhead), and in words why (None: within 5%, or not scaled)
+    op_scale: Optional[float] = None
+    op_scale_cause: Optional[str] = None
     #: each phase's share of step_ms (filled from the ms fields; written to trial.json for readers of the file)
     shares: dict[str, float] = Field(default_factory=dict)
 
@@ -121,6 +129,16 @@ class TopOp(Record):
     share: float  # of all profiled op time
 
 
+class TopOpType(Record):
+    """One operator type over all its instances and phases (``Default/Conv2D-op9``, ``Conv2D-op12`` -> ``Conv2D``)."""
+
+    op_type: str
+    phases: list[str]  # the phases its time fell in, most time first
+    calls_per_step: float
+    ms_per_step: float
+    share: float  # of all profiled op time
+
+
 class ProfileSummary(Record):
     """What the burst learnt from its profiled steps."""
 
@@ -129,11 +147,13 @@ class ProfileSummary(Record):
     layout: Optional[str] = None
     profiled_steps: int = 0
     profiled_step_ms: Optional[float] = None  # mean step time with the profiler on
-    unprofiled_step_ms: Optional[float] = None  # median timed step without it
+    unprofiled_step_ms: Optional[float] = None  # mean timed step without it (median in files before issue 14.3)
     overhead_ratio: Optional[float] = None  # profiled / unprofiled
     analyse_s: Optional[float] = None
     splits: Optional[Splits] = None
     top_ops: list[TopOp] = Field(default_factory=list)
+    #: the top operators aggregated by type (empty in results written before; the report then aggregates top_ops)
+    top_op_types: list[TopOpType] = Field(default_factory=list)
     peak_allocated_bytes: Optional[int] = None  # the allocator's peak (CPU: from profile_memory)
     error: Optional[str] = None  # profiling failed but the burst's speed figures still stand
     #: distributed bursts: mean over the ranks of communication_ms / step_ms, and whether it is above
@@ -272,6 +292,19 @@ class TrialResult(Record):
     straggler_rank: Optional[int] = None  # the rank with the slowest median timed step
     rank_spread: Optional[float] = None  # (slowest - fastest) / fastest median timed step over the ranks
     node: Optional[NodeRecord] = None  # the cluster node that ran it (schema 3); None: run locally
+
+    @property
+    def step_ms_mean(self) -> Optional[float]:
+        """Mean timed step (window time / steps, the read-backs included): THE step time of the tables, the splits,
+        the report and compare; throughput is batch / this.  ``step_ms_median`` is shown beside it."""
+        steps = sum(w.steps for w in self.windows)
+        return sum(w.total_ms for w in self.windows) / steps if steps else None
+
+    @property
+    def data_wait_ms_mean(self) -> Optional[float]:
+        """Mean time the timed steps waited for their batch (the splits' ``data``)."""
+        waits = [s.data_wait_ms for s in self.steps if s.phase == "timed"]
+        return sum(waits) / len(waits) if waits else None
 
 
 class TrialSpec(Record):

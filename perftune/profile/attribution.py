@@ -64,7 +64,8 @@ from typing import Iterable, Optional
 import numpy as np
 import pandas as pd
 
-__all__ = ["KINDS", "RECOMPUTE_RUN", "launch_kind", "launch_table", "attribute_phases", "recompute_share"]
+__all__ = ["KINDS", "RECOMPUTE_RUN", "launch_kind", "launch_table", "attribute_phases", "place_launches",
+           "aggregate_launches", "phase_ms_by_step", "recompute_share"]
 
 KINDS = ("gradient", "fixed", "forward_scope", "recompute", "step_cell", "free")
 #: a PyNative backward stretch is a recompute when this many consecutive launches repeat the forward's op types
@@ -128,6 +129,27 @@ def attribute_phases(ops: pd.DataFrame, launches: pd.DataFrame, steps: int) -> p
     summed from the launches; ``phase_rule`` is ``timeline`` for a launch placed by time, ``recompute`` for a
     recomputed forward op inside the backward, else the name's rule.  Total count and time are unchanged.
     """
+    return aggregate_launches(ops, place_launches(ops, launches, steps))
+
+
+def aggregate_launches(ops: pd.DataFrame, placed: pd.DataFrame) -> pd.DataFrame:
+    """:func:`place_launches`' rows summed per op and phase, with the columns of ``ops``."""
+    out = placed.groupby(["full_name", "phase", "phase_rule"], as_index=False, sort=False).agg(
+        count=("dur_ms", "size"), total_ms=("dur_ms", "sum"))
+    extra = [c for c in ops.columns if c not in out.columns and c != "mean_ms"]
+    out = out.merge(ops.drop_duplicates("full_name")[["full_name", *extra]], on="full_name", how="left")
+    return out[[c for c in ops.columns if c in out.columns]]
+
+
+def phase_ms_by_step(placed: pd.DataFrame) -> pd.DataFrame:
+    """Op time per step (rows, 0..steps-1) and phase (columns) from :func:`place_launches`' rows: how much each
+    phase varies from step to step, the noise against which splits of different runs are compared."""
+    return placed.pivot_table(index="step", columns="phase", values="dur_ms", aggfunc="sum", fill_value=0.0)
+
+
+def place_launches(ops: pd.DataFrame, launches: pd.DataFrame, steps: int) -> pd.DataFrame:
+    """One row per launch (``full_name``, ``step``, ``phase``, ``phase_rule``, ``dur_ms``, ...), each launch placed
+    as :func:`attribute_phases` describes."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     meta = ops.drop_duplicates("full_name").set_index("full_name")
@@ -158,11 +180,7 @@ def attribute_phases(ops: pd.DataFrame, launches: pd.DataFrame, steps: int) -> p
         ph, rl = _place_step(step, eager, cell_form, micro, anchor)
         placed_phase[idx], placed_rule[idx] = ph, rl
     df["phase"], df["phase_rule"] = placed_phase, placed_rule
-    out = df.groupby(["full_name", "phase", "phase_rule"], as_index=False, sort=False).agg(
-        count=("dur_ms", "size"), total_ms=("dur_ms", "sum"))
-    extra = [c for c in ops.columns if c not in out.columns and c != "mean_ms"]
-    out = out.merge(ops.drop_duplicates("full_name")[["full_name", *extra]], on="full_name", how="left")
-    return out[[c for c in ops.columns if c in out.columns]]
+    return df
 
 
 def _micro_batches(df: pd.DataFrame, steps: int) -> tuple[int, Optional[str]]:

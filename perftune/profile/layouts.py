@@ -39,7 +39,7 @@ from perftune.profile.columns import (
     peak_allocated,
     read_csv,
 )
-from perftune.profile.attribution import attribute_phases, launch_table
+from perftune.profile.attribution import aggregate_launches, launch_table, phase_ms_by_step, place_launches
 from perftune.profile.phases import OP_PHASES, scan_timestamps, phase_rule, place_by_timeline
 
 
@@ -54,6 +54,8 @@ class ProfileData:
     peak_allocated_bytes: Optional[int] = None  # allocator peak (cpu_ms_memory_record_<rank>.txt)
     #: equal steps the launches split into (CPU, from per-launch timestamps); None where not known
     launch_steps: Optional[int] = None
+    #: op time per step (rows) and phase (columns) where launches were placed by time (CPU), else None
+    phase_ms_by_step: Optional[pd.DataFrame] = None
 
     def phase_totals_ms(self) -> dict[str, float]:
         """Total op time by phase over all profiled steps."""
@@ -200,14 +202,15 @@ def _load_cpu(root: Path, rank: int) -> ProfileData:
     rules = [phase_rule(n, t) for n, t in zip(per_op["full_name"], per_op["op_type"])]
     per_op["phase"] = [p for p, _ in rules]
     per_op["phase_rule"] = [r for _, r in rules]
-    launch_steps, window = None, None
+    launch_steps, window, by_step = None, None, None
     ts_path = root / CPU_OP_TIMESTAMPS.format(rank=rank)
     if ts_path.is_file():
         detail_name = Path(CPU_OP_DETAIL.relpath).name.format(rank="<rank>")
         named = per_op  # attribution: the phases from names alone, for attribute_phases below
         per_op, launch_steps, window = place_by_timeline(per_op, ts_path, detail_name)
         if launch_steps:  # attribution: every launch placed by what it is and where it runs in its step
-            per_op = attribute_phases(named, launch_table(scan_timestamps(ts_path)), launch_steps)
+            placed = place_launches(named, launch_table(scan_timestamps(ts_path)), launch_steps)
+            per_op, by_step = aggregate_launches(named, placed), phase_ms_by_step(placed)
     per_op["phase_rule"] = per_op["phase_rule"].replace({"unscoped": "default", "step_cell": "default"})
     ops = _finish_ops(per_op)
     return ProfileData(
@@ -219,6 +222,7 @@ def _load_cpu(root: Path, rank: int) -> ProfileData:
         trace_file=_trace_file(root),
         peak_allocated_bytes=peak_allocated(root, rank, window),
         launch_steps=launch_steps,
+        phase_ms_by_step=by_step,
     )
 
 

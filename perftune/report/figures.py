@@ -17,6 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from perftune.io.records import PHASES
+from perftune.report.format import speed_text
 
 WIDTH_IN = 8.0
 DPI = 110
@@ -143,7 +144,7 @@ def waterfall_figure(ablation: pd.DataFrame, final: Optional[tuple[float, float,
     level = 1.0
     names, x = [], 0
     ax.bar(x, 1.0, color=VERDICT_COLORS["baseline"], width=0.6)
-    ax.text(x, 1.0, "x1.00", ha="center", va="bottom", fontsize="small")
+    ax.text(x, 1.0, "reference", ha="center", va="bottom", fontsize="small")
     names.append("baseline")
     for _, row in ablation.iloc[1:].iterrows():
         x += 1
@@ -154,7 +155,7 @@ def waterfall_figure(ablation: pd.DataFrame, final: Optional[tuple[float, float,
             bottom, height = min(level, cumulative), abs(cumulative - level)
             color = VERDICT_COLORS["kept"] if cumulative >= level else VERDICT_COLORS["slower"]
             ax.bar(x, height, bottom=bottom, color=color, width=0.6)
-            ax.text(x, max(level, cumulative), f"x{cumulative:.2f}", ha="center", va="bottom", fontsize="small")
+            ax.text(x, max(level, cumulative), speed_text(cumulative), ha="center", va="bottom", fontsize="small")
             level = cumulative
         else:
             ax.plot([x - 0.3, x + 0.3], [level, level], color="#999999", linewidth=2)
@@ -167,7 +168,8 @@ def waterfall_figure(ablation: pd.DataFrame, final: Optional[tuple[float, float,
     if final:
         err = [[max(value - final[1], 0.0)], [max(final[2] - value, 0.0)]]
     ax.bar(x, value, color="#1f5f3f", width=0.6, yerr=err, capsize=4)
-    ax.text(x + 0.32, value, f"x{value:.2f}" + (f"\n[{final[1]:.2f}, {final[2]:.2f}]" if final else ""),
+    words = speed_text(value, final[1], final[2]) if final else speed_text(value)
+    ax.text(x + 0.32, value, words.replace(" [", "\n["),
             ha="left", va="center", fontsize="small")
     ax.axhline(1.0, color="#777777", linewidth=0.8, linestyle="--")
     ax.set_xticks(range(len(names)), names, rotation=15, ha="right")
@@ -195,6 +197,12 @@ def _coincide(curves: Sequence[dict]) -> bool:
 
 @plain_text
 def loss_figure(curves: Sequence[dict], metric: str, tolerance: Optional[float]) -> Optional[str]:
+    """:func:`loss_plot` as a PNG ``data:`` URI."""
+    fig = loss_plot(curves, metric, tolerance)
+    return _png(fig) if fig is not None else None
+
+
+def loss_plot(curves: Sequence[dict], metric: str, tolerance: Optional[float]) -> Optional[Figure]:
     """Training loss against samples seen (same data order and initial weights) plus the gated metric per config.
 
     ``curves``: ``label``, ``points`` [(samples_seen, loss)], ``value`` (the metric at ``samples_seen``),
@@ -227,9 +235,9 @@ def loss_figure(curves: Sequence[dict], metric: str, tolerance: Optional[float])
         values = [c["value"] for c in valued]
         base = curves[0].get("value") if _ok(curves[0].get("value")) else None
         limit = base * (1 + tolerance) if base is not None and tolerance is not None else None
-        lo, hi = min(values + ([limit] if limit else [])), max(values + ([limit] if limit else []))
-        pad = (hi - lo) * 0.3 or abs(hi) * 0.05 or 1.0
-        right.set_xlim(lo - pad, hi + pad)
+        drawn = values + ([limit] if limit else []) + ([base] if base is not None else [])
+        lo, hi = min(drawn), max(drawn)  # the axis holds every plotted point, the gate's limit and the baseline
+        pad = (hi - lo) * 0.15 or abs(hi) * 0.05 or 1.0
         if limit is not None:
             right.axvspan(limit, hi + pad, color="#c0392b", alpha=0.12)
             right.axvline(limit, color="#c0392b", linewidth=0.8)
@@ -243,13 +251,14 @@ def loss_figure(curves: Sequence[dict], metric: str, tolerance: Optional[float])
         right.set_yticks(range(len(valued)), [c["label"] for c in valued], fontsize="x-small")
         right.yaxis.tick_right()
         right.set_ylim(len(valued) - 0.5, -0.9)
+        right.set_xlim(lo - pad, hi + pad)  # last: nothing drawn after it can move it
         samples = valued[0].get("samples_seen")
         right.set_xlabel(f"{metric}" + (f" after {samples} samples" if samples else ""))
         right.set_title("Accuracy gate", fontsize="medium")
         right.grid(axis="x", alpha=0.3)
     else:
         right.set_axis_off()
-    return _png(fig)
+    return fig
 
 
 @plain_text
@@ -277,4 +286,33 @@ def memory_figure(rows: Sequence[dict]) -> Optional[str]:
     axes[0].set_yticks(y, [r["label"] for r in rows])
     axes[0].invert_yaxis()
     fig.suptitle("Peak memory per trial")
+    return _png(fig)
+
+
+def compile_figure(rows: Sequence[dict]) -> Optional[str]:
+    """Compile (first-step) time beside step time, per trial: a knob can trade one for the other.
+
+    ``rows``: ``label``, ``verdict``, ``step_ms`` (mean), ``step_ms_median`` and ``compile_s`` (either may be None).
+    """
+    rows = [r for r in rows if _ok(r.get("compile_s")) or _ok(r.get("step_ms"))]
+    if not rows:
+        return None
+    fig = Figure(figsize=(WIDTH_IN, _height(len(rows))))
+    step_ax, compile_ax = fig.subplots(1, 2, sharey=True)
+    y = list(range(len(rows)))
+    colors = [VERDICT_COLORS.get(r.get("verdict"), "#9db4c8") for r in rows]
+    for ax, key, title, fmt in ((step_ax, "step_ms", "step time (ms): mean; tick: median", "{:.1f}"),
+                                (compile_ax, "compile_s", "compile, first step (s)", "{:.1f}")):
+        values = [r.get(key) if _ok(r.get(key)) else 0.0 for r in rows]
+        ax.barh(y, values, color=colors, height=0.65)
+        for i, v in enumerate(values):
+            ax.text(v, i, " " + fmt.format(v) if v else " n/a", va="center", fontsize="x-small")
+        ax.set_xlim(0, (max(values) * 1.3) or 1.0)
+        _style(ax, title)
+    medians = [(i, r["step_ms_median"]) for i, r in enumerate(rows) if _ok(r.get("step_ms_median"))]
+    if medians:
+        step_ax.plot([m for _, m in medians], [i for i, _ in medians], "|", color="black", markersize=12)
+    step_ax.set_yticks(y, [r["label"] for r in rows])
+    step_ax.invert_yaxis()
+    fig.suptitle("Step time and compile time per trial")
     return _png(fig)

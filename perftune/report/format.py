@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Iterable
 
 import pandas as pd
 
@@ -20,3 +21,67 @@ def num(value: Any, fmt: str = ".1f", missing: str = "") -> str:
 def mb(value: Any) -> str:
     """Bytes as megabytes (``n/a`` for none or zero)."""
     return f"{value / 2**20:.1f} MB" if value else "n/a"
+
+
+def speed_text(factor: Any, low: Any = None, high: Any = None, digits: int = 2) -> str:
+    """The one ratio convention of every output: a speed factor (new speed / old speed, > 1 is faster) as
+    ``x1.23 faster`` or ``x1.10 slower``, with its interval in the same direction (``x1.10 slower [0.98, 1.25]``:
+    between 0.98 and 1.25 times as slow).  A time ratio goes through :func:`time_ratio_text`."""
+    if is_missing(factor) or factor <= 0:
+        return ""
+    has_interval = not (is_missing(low) or is_missing(high)) and low > 0 and high > 0
+    if format(factor, f".{digits}f") == format(1.0, f".{digits}f"):
+        text = f"x{1.0:.{digits}f} (no change)"
+        lo, hi = (low, high) if has_interval else (None, None)
+    elif factor >= 1:
+        text = f"x{factor:.{digits}f} faster"
+        lo, hi = (low, high) if has_interval else (None, None)
+    else:
+        text = f"x{1 / factor:.{digits}f} slower"
+        lo, hi = (1 / high, 1 / low) if has_interval else (None, None)
+    return text + (f" [{lo:.{digits}f}, {hi:.{digits}f}]" if has_interval else "")
+
+
+def time_ratio_text(ratio: Any, low: Any = None, high: Any = None, digits: int = 2) -> str:
+    """A time ratio (new time / old time, < 1 is faster) in the convention of :func:`speed_text`."""
+    if is_missing(ratio) or ratio <= 0:
+        return ""
+    has_interval = not (is_missing(low) or is_missing(high)) and low > 0 and high > 0
+    return speed_text(1 / ratio, 1 / high if has_interval else None, 1 / low if has_interval else None, digits)
+
+
+def step_text(mean: Any, median: Any = None, fmt: str = ".2f") -> str:
+    """The step time as every output states it: the mean (what throughput and the splits add up to), the median
+    beside it."""
+    if is_missing(mean):
+        return num(median, fmt) + (" (median)" if not is_missing(median) else "")
+    return format(mean, fmt) + (f" (median {format(median, fmt)})" if not is_missing(median) else "")
+
+
+def verdict_counts(verdicts: list[str]) -> list[tuple[str, int]]:
+    """(verdict, trials) in order of first appearance, in the words the tables use: nothing lumped together."""
+    counts: dict[str, int] = {}
+    for v in verdicts:
+        counts[v] = counts.get(v, 0) + 1
+    return list(counts.items())
+
+
+_RATIO_CI = re.compile(r"x(\d+\.\d+) \[(\d+\.\d+), (\d+\.\d+)\]")
+
+
+def reason_text(reason: str, comparisons: Iterable[Any] = ()) -> str:
+    """A verdict reason with its throughput ratios (``x0.57 [0.44, 0.73]``, as the sweep writes them) in the
+    convention of :func:`speed_text` (``x1.77 slower [1.36, 2.29]``).  Where one of ``comparisons`` (records with
+    ``ratio``, ``ci_low``, ``ci_high``) rounds to the written numbers its full precision is used, so the reason and
+    the table's ratio column agree to the last digit."""
+    known = [c for c in comparisons if c is not None]
+
+    def words(m: re.Match) -> str:
+        r, lo, hi = (float(v) for v in m.groups())
+        for c in known:
+            if (f"{c.ratio:.2f}", f"{c.ci_low:.2f}", f"{c.ci_high:.2f}") == m.groups():
+                r, lo, hi = c.ratio, c.ci_low, c.ci_high
+                break
+        return speed_text(r, lo, hi)
+
+    return _RATIO_CI.sub(words, reason or "")

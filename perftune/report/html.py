@@ -22,14 +22,14 @@ from perftune.io.records import PHASES
 from perftune.io.sweep_records import FAILED_VERDICTS, SweepTrial
 from perftune.report import figures, language
 from perftune.report.extra import extra_context
-from perftune.report.format import is_missing, num
+from perftune.report.format import num, speed_text, step_text, verdict_counts
 from perftune.report.load import SweepFolder
-from perftune.report.notes import bottleneck_note
+from perftune.report.notes import bottleneck_note, tried_changes
+from perftune.report.ops import top_op_rows
 from perftune.report.summary import comparison_lines, node_lines, noise_line
 from perftune.report.tables import ablation_table, loo_table, optional_columns, singles_table
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-REJECTED = ("slower", "not significant", "accuracy rejected", "no effect", "dropped", "equivalent", "undecided")
 LOG_TAIL_LINES = 40
 TOP_OPS = 10
 WIDE_INTERVAL = 1.5  # A/A interval high/low above this: the machine is too noisy to see small effects
@@ -37,11 +37,8 @@ WIDE_INTERVAL = 1.5  # A/A interval high/low above this: the machine is too nois
 
 # -- formatting ------------------------------------------------------------------------------------------------------
 def speedup_text(ratio: Any, low: Any = None, high: Any = None) -> str:
-    if is_missing(ratio):
-        return ""
-    if is_missing(low) or is_missing(high):
-        return f"x{ratio:.2f}"
-    return f"x{ratio:.2f} [{low:.2f}, {high:.2f}]"
+    """A throughput ratio in the one convention of every output (``x1.23 faster [1.10, 1.37]``)."""
+    return speed_text(ratio, low, high)
 
 
 def duration(seconds: Optional[float]) -> str:
@@ -86,7 +83,8 @@ HTML_ANCHORS = {"samples/s": "samples_per_s", "data / fwd / bwd / opt / comm / o
 def table(df: pd.DataFrame, metric: str) -> dict:
     """A ``perftune.report.tables`` DataFrame as header + formatted rows (empty columns are left out)."""
     columns = [("configuration", "configuration"), ("verdict", "verdict"), ("samples/s", "samples_per_s"),
-               ("speed-up [95% CI]", "speedup"), ("step (ms)", "step_ms"), (metric, metric),
+               ("vs reference [95% CI]", "speedup"), ("step ms: mean (median)", "step_ms"),
+               ("compile (s)", "compile_s"), (metric, metric),
                (f"{metric} change", "change"), ("verdict reason", "reason")]
     extras = optional_columns(df, metric)  # tokens/s, recompute, perplexity, repetition: where there are values
     for header, key, _, after in reversed(extras):  # inserted right after the anchor: reversed keeps their order
@@ -98,8 +96,11 @@ def table(df: pd.DataFrame, metric: str) -> dict:
         rows.append({
             "configuration": str(r["configuration"]), "verdict": verdict, "class": verdict_class(verdict),
             "samples_per_s": num(r.get("samples_per_s"), ".1f"),
-            "speedup": speedup_text(r.get("speedup"), r.get("speedup_ci_low"), r.get("speedup_ci_high")),
-            "step_ms": num(r.get("step_ms"), ".2f"), metric: num(r.get(metric), ".4f"),
+            "speedup": "reference" if verdict == "baseline" else
+            speedup_text(r.get("speedup"), r.get("speedup_ci_low"), r.get("speedup_ci_high")),
+            "step_ms": step_text(r.get("step_ms"), r.get("step_ms_median")) if not pd.isna(r.get("step_ms"))
+            or not pd.isna(r.get("step_ms_median")) else "",
+            "compile_s": num(r.get("compile_s"), ".1f"), metric: num(r.get(metric), ".4f"),
             "change": num(r.get(f"{metric}_change"), "+.1%"), "reason": str(r.get("reason") or ""),
             "trial_id": str(r.get("trial_id") or ""),
             **{key: num(r.get(key), fmt) for _, key, fmt, _ in extras},
@@ -123,11 +124,11 @@ def _per_trial_frame(folder: SweepFolder, singles: pd.DataFrame, ablation: pd.Da
 
 # -- sections --------------------------------------------------------------------------------------------------------
 def _counts(folder: SweepFolder) -> dict:
+    """Trials by verdict, in the words the tables use (first appearance order); nothing is lumped together."""
     verdicts = [t.verdict for t in folder.trials]
     return {
         "run": len(folder.trials),
-        "kept": sum(v == "kept" for v in verdicts),
-        "rejected": sum(v in REJECTED for v in verdicts),
+        "by_verdict": [{"verdict": v, "n": n, "class": verdict_class(v)} for v, n in verdict_counts(verdicts)],
         "failed": sum(v in FAILED_VERDICTS for v in verdicts),
         "baseline_runs": sum(t.kind == "baseline" for t in folder.trials),
         "leave_one_out": sum(t.kind == "leave_one_out" for t in folder.trials),
@@ -153,7 +154,7 @@ def _summary(folder: SweepFolder, metric: str) -> dict:
     aa_text = aa_note = None
     aa_class = "muted"
     if aa is not None:
-        aa_text = f"{speedup_text(aa.ratio, aa.ci_low, aa.ci_high)}: {aa.verdict}"
+        aa_text = f"{speed_text(aa.ratio, aa.ci_low, aa.ci_high, 3)}: {aa.verdict}"
         if aa.verdict in ("faster", "slower"):
             aa_class, aa_note = "bad", ("the same configuration measured twice differed: the machine was not steady, "
                                         "so treat small gains with care")
@@ -167,8 +168,8 @@ def _summary(folder: SweepFolder, metric: str) -> dict:
     return {
         "best_label": res.best_label or "none (the baseline failed)",
         "best_is_baseline": res.best_label == "baseline",
-        "speedup": f"{b.ci_low:.2f} to {b.ci_high:.2f}" if b else None,
-        "speedup_ratio": f"x{b.ratio:.2f}" if b else None,
+        "speedup": speed_text(b.ratio, b.ci_low, b.ci_high) if b else None,
+        "speedup_ratio": speed_text(b.ratio) if b else None,
         "accuracy": acc,
         "tolerance": f"{tolerance:.0%}" if tolerance is not None else None,
         "lr_rule": LR_RULES[res.plan.accuracy.lr_scaling],
@@ -192,18 +193,19 @@ def _summary(folder: SweepFolder, metric: str) -> dict:
 def _trial_rows(folder: SweepFolder, frame: pd.DataFrame) -> list[dict]:
     """Per distinct trial: figure inputs, the bottleneck note and the trace link."""
     rows = []
+    tried = tried_changes(folder.trials)
     for t in folder.trials:
         r = t.result
         f = frame.loc[t.trial_id] if t.trial_id in frame.index else pd.Series(dtype=object)
         windows = [w.samples_per_s for w in r.windows]
         href = folder.trace_href(t)
         splits = r.profile.splits if r.profile else None
-        note = bottleneck_note(r)
+        note = bottleneck_note(r, tried)
         rows.append({
             "trial_id": t.trial_id, "label": display_label(t), "kind": t.kind, "verdict": t.verdict,
             "class": verdict_class(t.verdict), "status": r.status,
-            "samples_per_s": f.get("samples_per_s"), "step_ms": r.step_ms_median,
-            "data_wait_ms": r.data_wait_ms_median,
+            "samples_per_s": f.get("samples_per_s"), "step_ms": r.step_ms_mean, "step_ms_median": r.step_ms_median,
+            "data_wait_ms": r.data_wait_ms_median, "compile_s": r.compile_ms / 1e3 if r.compile_ms is not None else None,
             "window_min": min(windows) if windows else None, "window_max": max(windows) if windows else None,
             "speedup_text": speedup_text(f.get("speedup"), f.get("speedup_ci_low"), f.get("speedup_ci_high"))
             if t.kind != "baseline" else ("reference" if t.replicate == 0 else ""),
@@ -212,6 +214,7 @@ def _trial_rows(folder: SweepFolder, frame: pd.DataFrame) -> list[dict]:
             "note": note.text, "note_kind": note.kind, "note_source": note.source,
             "splits_text": " / ".join(f"{getattr(splits, p + '_ms'):.2f}" for p in PHASES) if splits else "",
             "explained": f"{splits.explained_share:.0%}" if splits else "",
+            "scale_cause": splits.op_scale_cause if splits else None,
             "trace_href": href,
             "trace_exists": href is not None and (folder.out_dir / href).is_file(),
             "profile_error": r.profile.error if r.profile else None,
@@ -220,12 +223,12 @@ def _trial_rows(folder: SweepFolder, frame: pd.DataFrame) -> list[dict]:
 
 
 def _top_ops(trial: Optional[SweepTrial]) -> Optional[dict]:
-    if trial is None or trial.result.profile is None or not trial.result.profile.top_ops:
+    if trial is None or trial.result.profile is None:
         return None
-    return {"label": display_label(trial) if trial.kind == "baseline" else trial.label, "ops": [
-        {"name": op.name, "op_type": op.op_type, "phase": op.phase, "count": op.count,
-         "total_ms": f"{op.total_ms:.3f}", "mean_ms": f"{op.mean_ms:.3f}", "share": f"{op.share:.1%}"}
-        for op in trial.result.profile.top_ops[:TOP_OPS]]}
+    rows, source = top_op_rows(trial.result.profile, TOP_OPS)
+    if not rows:
+        return None
+    return {"label": display_label(trial) if trial.kind == "baseline" else trial.label, "ops": rows, "source": source}
 
 
 def _failed(folder: SweepFolder) -> list[dict]:
@@ -292,13 +295,11 @@ def build_context(folder: SweepFolder) -> dict:
     if not ablation.empty:
         ablation = ablation.assign(change_label=[label_of(s.change or {}) for s in res.stack])
     b = res.best_vs_baseline
-    by_id = folder.by_id
-    base = next((t for t in folder.trials if t.kind == "baseline"), None)
-    best = by_id.get(res.best_trial_id or "")
     figs = {
         "waterfall": figures.waterfall_figure(ablation, (b.ratio, b.ci_low, b.ci_high) if b else None),
         "throughput": figures.throughput_figure(measured),
         "splits": figures.splits_figure(measured),
+        "compile": figures.compile_figure(measured),
         "loss": figures.loss_figure(_curves(folder, metric), metric, tolerance),
         "memory": figures.memory_figure(measured),
     }
@@ -312,7 +313,7 @@ def build_context(folder: SweepFolder) -> dict:
         "extra": extra_context(folder),
         "trials": trials,
         "any_splits": any(t["splits_text"] for t in trials),
-        "top_ops": [x for x in (_top_ops(base), _top_ops(best) if best is not base else None) if x],
+        "top_ops": [x for x in (_top_ops(t) for t in folder.trials if t.result.status == "ok") if x],
         "samples": language.samples(res),
         "cannot_judge": language.gate_cannot_judge(res),
         "failed": _failed(folder),

@@ -7,12 +7,14 @@ timing (time spent waiting for the next batch vs the median step), which can onl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Iterable, Optional
 
 from perftune.io.records import COMMUNICATION_FLAG_SHARE, DATA_BOUND_SHARE, TrialResult
 
 COMPUTE_SHARE = 0.50  # forward + backward
 OPTIMIZER_SHARE = 0.25
 OTHER_SHARE = 0.50  # not explained by profiled ops or data waiting: framework / host overhead
+DATA_TRIES = ["num_parallel_workers", "prefetch_size", "dataset_format=mindrecord"]
 
 
 @dataclass(frozen=True)
@@ -22,16 +24,50 @@ class Bottleneck:
     source: str  # "profile", "burst timing" or "none"
 
 
-def _compute_advice(knobs: dict) -> str:
+#: what the sweep measured per knob: knob -> [(value, verdict)] of the single changes (see :func:`tried_changes`)
+Tried = dict[str, list[tuple[Any, str]]]
+
+
+def tried_changes(trials: Iterable[Any]) -> Tried:
+    """knob -> [(value, verdict)] over the sweep's one-at-a-time trials (``SweepTrial``s of kind ``single``)."""
+    out: Tried = {}
+    for t in trials:
+        if t.kind == "single" and len(t.changes) == 1:
+            (knob, value), = t.changes.items()
+            out.setdefault(knob, []).append((value, t.verdict))
+    return out
+
+
+def _advice(suggestions: list[str], tried: Optional[Tried]) -> str:
+    """``try a / b / c``, where a suggestion the sweep already measured says what happened instead: a note never
+    recommends a change the sweep refused.  A suggestion is ``knob`` (any value) or ``knob=value``
+    (``amp_level=O1/O2``: either value); free text (``a larger batch_size``) names its knob last."""
+    tries, done = [], []
+    for text in suggestions:
+        knob, _, values = text.partition("=")
+        knob = knob.split()[-1]
+        wanted = set(values.split("/")) if values else None
+        measured = [(v, verdict) for v, verdict in (tried or {}).get(knob, [])
+                    if wanted is None or str(v) in wanted]
+        if not measured:
+            tries.append(text)
+        else:
+            done.append(", ".join(f"{knob}={v} was tried: {verdict}" for v, verdict in measured))
+    parts = (["try " + " / ".join(tries)] if tries else []) + done
+    return "; ".join(parts) if parts else "every usual change for it was tried"
+
+
+def _compute_advice(knobs: dict, tried: Optional[Tried]) -> str:
     tries = []
     if knobs.get("mode") == "pynative":
         tries.append("mode=graph")
     tries += ["jit_level", "amp_level=O1/O2", "a larger batch_size"]
-    return "try " + " / ".join(tries)
+    return _advice(tries, tried)
 
 
-def bottleneck_note(result: TrialResult) -> Bottleneck:
-    """The dominant phase of ``result``'s step and what to try for it."""
+def bottleneck_note(result: TrialResult, tried: Optional[Tried] = None) -> Bottleneck:
+    """The dominant phase of ``result``'s step and what to try for it; ``tried`` (:func:`tried_changes`) turns a
+    suggestion the sweep measured into what happened to it."""
     if result.status != "ok":
         return Bottleneck("unknown", f"no measurement ({result.status})", "none")
     knobs = result.knobs or {}
@@ -40,31 +76,32 @@ def bottleneck_note(result: TrialResult) -> Bottleneck:
         if result.step_ms_median and result.data_wait_ms_median is not None:
             share = result.data_wait_ms_median / result.step_ms_median
             if share >= DATA_BOUND_SHARE:
-                return Bottleneck("data", f"waiting for data is {share:.0%} of the step (burst timing, no profile): try "
-                                    "num_parallel_workers / prefetch_size / dataset_format=mindrecord", "burst timing")
+                return Bottleneck("data", f"waiting for data is {share:.0%} of the step (burst timing, no profile): "
+                                  + _advice(DATA_TRIES, tried), "burst timing")
             return Bottleneck("unknown", f"waiting for data is only {share:.0%} of the step (burst timing); profile it "
                                    "(burst.profile_steps > 0) to split the rest", "burst timing")
         return Bottleneck("unknown", "no profile and no step timing", "none")
     shares = splits.shares
     compute = shares["forward"] + shares["backward"]
     if shares["data"] >= DATA_BOUND_SHARE:
-        return Bottleneck("data", f"data loading is {shares['data']:.0%} of the step: try num_parallel_workers / "
-                            "prefetch_size / dataset_format=mindrecord", "profile")
+        return Bottleneck("data", f"data loading is {shares['data']:.0%} of the step: " + _advice(DATA_TRIES, tried),
+                          "profile")
     if shares["communication"] >= COMMUNICATION_FLAG_SHARE:
         return Bottleneck("communication", f"communication is {shares['communication']:.0%} of the step: revisit the "
                                      "parallel strategy (data vs model parallel, gradient fusion, fewer all-reduces "
                                      "via grad_accum_steps)", "profile")
     if compute >= COMPUTE_SHARE:
         return Bottleneck("compute", f"forward + backward are {compute:.0%} of the step (compute-bound): "
-                               f"{_compute_advice(knobs)}", "profile")
+                               f"{_compute_advice(knobs, tried)}", "profile")
     if shares["optimizer"] >= OPTIMIZER_SHARE:
-        return Bottleneck("optimizer", f"the optimizer is {shares['optimizer']:.0%} of the step: try grad_accum_steps "
-                                 "(fewer updates per sample) or a larger batch_size", "profile")
+        return Bottleneck("optimizer", f"the optimizer is {shares['optimizer']:.0%} of the step (fewer updates per "
+                                       "sample help): " + _advice(["grad_accum_steps", "a larger batch_size"], tried),
+                          "profile")
     if shares["other"] >= OTHER_SHARE:
         tries = ["mode=graph"] if knobs.get("mode") == "pynative" else []
-        tries += ["dataset_sink_mode", "train_step", "kernel_threads / dispatch_threads"]
+        tries += ["dataset_sink_mode", "train_step", "kernel_threads", "dispatch_threads"]
         return Bottleneck("overhead", f"{shares['other']:.0%} of the step is outside profiled ops and data waiting "
-                                f"(host / framework overhead): try {' / '.join(tries)}", "profile")
+                                f"(host / framework overhead): {_advice(tries, tried)}", "profile")
     top = max(("data", "forward", "backward", "optimizer", "communication"), key=lambda p: shares[p])
     return Bottleneck("balanced", f"no single phase dominates (largest: {top} {shares[top]:.0%})", "profile")
 

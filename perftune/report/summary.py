@@ -8,7 +8,7 @@ from perftune.engine import lm
 from perftune.io.files import RESULTS_NAME
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult
-from perftune.report.format import mb
+from perftune.report.format import mb, reason_text, speed_text, time_ratio_text, verdict_counts
 from perftune.report.language import gate_cannot_judge
 from perftune.report.format import num as format_num
 
@@ -33,8 +33,8 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
         f"trial {r.trial_id}: ok ({r.workload} on {r.device}, {_num(r.parameter_count, ',')} parameters)",
         f"  throughput   {lm.throughput_text(r)}"
         + (f", model {lm.model_gflop_per_s(r):.2f} GFLOP/s" if lm.model_gflop_per_s(r) else ""),
-        f"  step time    median {r.step_ms_median:.2f} ms (p10 {r.step_ms_p10:.2f}, p90 {r.step_ms_p90:.2f}), "
-        f"waiting for data {r.data_wait_ms_median:.2f} ms",
+        f"  step time    mean {_num(r.step_ms_mean, '.2f')} ms (median {r.step_ms_median:.2f}, p10 {r.step_ms_p10:.2f}, "
+        f"p90 {r.step_ms_p90:.2f}), waiting for data {r.data_wait_ms_median:.2f} ms (median)",
         f"  compile      {_num(r.compile_ms, '.0f')} ms (first step)",
         f"  machine      others used {_share(max((w.others_cpu_share for w in r.windows if w.others_cpu_share is not None), default=None))} "
         f"of the cores at most during a timed window; {r.contended_windows} of {len(r.windows)} windows contended",
@@ -52,11 +52,14 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
     if p and p.splits:
         s = p.splits
         recompute = f" (of which recompute {s.recompute_ms:.2f})" if s.recompute_ms else ""
-        lines.append(f"  splits (ms)  data {s.data_ms:.2f}, forward {s.forward_ms:.2f}, backward {s.backward_ms:.2f}"
+        lines.append(f"  splits (ms)  of the mean step {s.step_ms:.2f}: data {s.data_ms:.2f}, forward {s.forward_ms:.2f}, backward {s.backward_ms:.2f}"
                      f"{recompute}, optimizer {s.optimizer_ms:.2f}, communication {s.communication_ms:.2f}, "
                      f"other {s.other_ms:.2f}")
+        if s.op_scale_cause:
+            lines.append(f"  splits note  op phases x{s.op_scale:.3f}: {s.op_scale_cause}")
         if p.overhead_ratio:
-            lines.append(f"  profiler     overhead x{p.overhead_ratio:.2f}, analyse {_num(p.analyse_s, '.1f')} s")
+            lines.append(f"  profiler     profiled steps {time_ratio_text(p.overhead_ratio)} than the timed ones, "
+                         f"analyse {_num(p.analyse_s, '.1f')} s")
     elif p and p.error:
         lines.append(f"  profile      failed: {p.error}")
     for note in r.notes:
@@ -85,17 +88,16 @@ def comparison_lines(result: SweepResult) -> list[str]:
             continue
         contended = f", {c.contended} measured under contention" if c.contended else ""
         lines.append(f"{t.label}: {t.verdict} ({c.processes} + {c.reference_processes} processes vs {c.reference}"
-                     f"{contended}): {t.reason}")
+                     f"{contended}): {reason_text(t.reason, (t.vs_baseline, t.vs_previous))}")
     return lines
 
 
 def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) -> str:
     lines = []
-    counts: dict[str, int] = {}
-    for t in result.trials:
-        counts[t.verdict] = counts.get(t.verdict, 0) + 1
-    reused = sum(1 for t in result.trials if t.reused)
-    lines.append(f"{len(result.trials)} trials ({', '.join(f'{n} {v}' for v, n in sorted(counts.items()))})"
+    trials = list({t.trial_id: t for t in reversed(result.trials)}.values())[::-1]  # first appearance of each id
+    counts = verdict_counts([t.verdict for t in trials])
+    reused = sum(1 for t in trials if t.reused)
+    lines.append(f"{len(trials)} trials ({', '.join(f'{n} {v}' for v, n in counts)})"
                  + (f", {reused} reused from an earlier run" if reused else "")
                  + (f" in {result.wall_s:.0f} s" if result.wall_s else ""))
     lines += [f"  {line}" for line in comparison_lines(result)]
@@ -103,11 +105,11 @@ def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) 
         lines.append(noise_line(result))
     if result.aa_check:
         a = result.aa_check
-        lines.append(f"A/A check: baseline run again x{a.ratio:.3f} [{a.ci_low:.3f}, {a.ci_high:.3f}]: {a.verdict}")
+        lines.append(f"A/A check: baseline run again {speed_text(a.ratio, a.ci_low, a.ci_high, 3)}: {a.verdict}")
     if result.best_label and result.best_vs_baseline:
         b = result.best_vs_baseline
-        lines.append(f"best: {result.best_label}: {b.ratio:.2f}x baseline throughput "
-                     f"(95% CI {b.ci_low:.2f}-{b.ci_high:.2f})")
+        lines.append(f"best: {result.best_label}: against the baseline {speed_text(b.ratio, b.ci_low, b.ci_high)} "
+                     "(throughput, 95% interval)")
     elif result.best_label:
         lines.append(f"best: {result.best_label}")
     lines += _language_lines(result)

@@ -15,7 +15,7 @@ from perftune.engine import lm
 from perftune.io.records import PHASES
 from perftune.io.store import write_text_atomic
 from perftune.io.sweep_records import SweepResult, SweepTrial
-from perftune.report.format import num
+from perftune.report.format import num, reason_text, speed_text, step_text
 from perftune.report.summary import comparison_lines, noise_line
 
 
@@ -33,7 +33,9 @@ def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
         "speedup": cmp_.ratio if cmp_ else (1.0 if trial.kind == "baseline" else None),
         "speedup_ci_low": cmp_.ci_low if cmp_ else None,
         "speedup_ci_high": cmp_.ci_high if cmp_ else None,
-        "step_ms": r.step_ms_median,
+        "step_ms": r.step_ms_mean,  # the mean: what throughput and the splits are of; the median beside it
+        "step_ms_median": r.step_ms_median,
+        "compile_s": r.compile_ms / 1e3 if r.compile_ms is not None else None,
     })
     splits = r.profile.splits if r.profile and r.profile.splits else None
     for phase in PHASES:
@@ -48,7 +50,7 @@ def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
     if metric != "perplexity":  # as the gate's metric it is there already, language model or not
         row["perplexity"] = lm.perplexity(r)
     row["repetition_rate"] = lm.repetition(r)
-    row["reason"] = trial.reason
+    row["reason"] = reason_text(trial.reason, (trial.vs_baseline, trial.vs_previous))
     row["trial_id"] = trial.trial_id
     return row
 
@@ -71,7 +73,8 @@ def ablation_table(result: SweepResult) -> pd.DataFrame:
         row["kept"] = step.kept
         if step.label != "baseline":
             row["verdict"] = "kept" if step.kept else "dropped"
-            row["reason"] = step.reason
+            t = trials.get(step.trial_id)
+            row["reason"] = reason_text(step.reason, (t.vs_baseline, t.vs_previous) if t else ())
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -91,9 +94,9 @@ def loo_table(result: SweepResult) -> pd.DataFrame:
 def _fmt_speedup(row) -> str:
     if row.get("speedup") is None or pd.isna(row.get("speedup")):
         return ""
-    if row.get("speedup_ci_low") is None or pd.isna(row.get("speedup_ci_low")):
-        return f"{row['speedup']:.2f}x"
-    return f"{row['speedup']:.2f}x [{row['speedup_ci_low']:.2f}, {row['speedup_ci_high']:.2f}]"
+    if row.get("verdict") == "baseline":
+        return "reference"
+    return speed_text(row.get("speedup"), row.get("speedup_ci_low"), row.get("speedup_ci_high"))
 
 
 #: columns shown only where some row has a value: (header, row key, format, the header they follow).  Language
@@ -122,8 +125,8 @@ def _with_optional(values: list[str], head: list[str], extras: list, cell) -> li
 def to_markdown(df: pd.DataFrame, metric: str) -> str:
     if df.empty:
         return "_(none)_\n"
-    base_head = ["configuration", "verdict", "samples/s", "speedup [95% CI]", "step ms", "data / fwd / bwd / opt / "
-                 "comm / other ms", "peak mem MB", metric, "change", "reason"]
+    base_head = ["configuration", "verdict", "samples/s", "vs reference [95% CI]", "step ms: mean (median)",
+                 "data / fwd / bwd / opt / comm / other ms", "compile s", "peak mem MB", metric, "change", "reason"]
     extras = optional_columns(df, metric)
     head = _with_optional(base_head, base_head, extras, lambda c: c[0])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -133,7 +136,8 @@ def to_markdown(df: pd.DataFrame, metric: str) -> str:
         change = row.get(f"{metric}_change")
         cells = [
             md_text(row["configuration"]), md_text(row.get("verdict", "")), num(row.get("samples_per_s"), ".1f"),
-            _fmt_speedup(row), num(row.get("step_ms"), ".2f"), splits, num(row.get("peak_mem_mb"), ".1f"),
+            _fmt_speedup(row), step_text(row.get("step_ms"), row.get("step_ms_median")), splits,
+            num(row.get("compile_s"), ".1f"), num(row.get("peak_mem_mb"), ".1f"),
             num(row.get(metric), ".4f"), num(change, "+.1%"),
             md_text(row.get("reason", "") or ""),
         ]
@@ -155,12 +159,12 @@ def markdown_report(result: SweepResult) -> str:
              ""]
     if result.best_label and result.best_vs_baseline:
         b = result.best_vs_baseline
-        parts.append(f"Best configuration: **{md_text(result.best_label)}**, {b.ratio:.2f}x the baseline's throughput "
-                     f"(95% CI {b.ci_low:.2f}-{b.ci_high:.2f}).")
+        parts.append(f"Best configuration: **{md_text(result.best_label)}**, against the baseline: "
+                     f"{speed_text(b.ratio, b.ci_low, b.ci_high)} (throughput, 95% interval).")
         parts.append("")
     if result.aa_check:
         a = result.aa_check
-        parts.append(f"A/A check (baseline measured again later): x{a.ratio:.3f} [{a.ci_low:.3f}, {a.ci_high:.3f}]"
+        parts.append(f"A/A check (baseline measured again later): {speed_text(a.ratio, a.ci_low, a.ci_high, 3)}"
                      f" -> {a.verdict}.")
         parts.append("")
     parts += ["### Cumulative ablation", "", to_markdown(ablation_table(result), metric),
@@ -170,6 +174,9 @@ def markdown_report(result: SweepResult) -> str:
         parts += ["### Leave one out (final stack minus one change)", "", to_markdown(loo, metric)]
     if result.order_rule:
         parts += [f"Order rule: {md_text(result.order_rule)}.", ""]
+    parts += ["Ratios: the configuration's speed against its reference, `x1.23 faster` / `x1.10 slower` with the 95% "
+              "interval of that same factor.  Step time: the mean over the timed steps (throughput is batch / mean "
+              "step, and the splits add up to it), the median beside it.  Compile: the first step.", ""]
     decisions = comparison_lines(result)
     if decisions:
         parts += ["### Decisions (processes used, interval, verdict and why)", "",

@@ -2,6 +2,7 @@
 
     .venv/bin/python tests/data/profiles/make_profiles.py all            # every scenario (about 4 minutes on 2 cores)
     .venv/bin/python tests/data/profiles/make_profiles.py tiny_gpt       # the 12 tiny_gpt ones (about 3 minutes)
+    .venv/bin/python tests/data/profiles/make_profiles.py repeats        # the 3 identical PyNative runs (about 1 minute)
     .venv/bin/python tests/data/profiles/make_profiles.py mlp_graph      # one scenario
 
 Scenarios:
@@ -9,6 +10,9 @@ Scenarios:
   mlp_pynative   the same in PYNATIVE mode
   dp2_allreduce  two data-parallel workers under msrun (CPU collectives), both ranks profiled
   ascend_layout  written by hand from the documented Ascend columns (profiler-layouts.md): NOT real output
+  repeat_pynative_cell_run<1|2|3>
+                 three identical runs of tiny_gpt_pynative_cell with MindSpore's default kernel threads: the
+                 fixtures of tests/test_split_repeats.py (splits of identical runs agree within the noise)
   tiny_gpt_<mode>_<form>[_recompute|_accum2]
                  the built-in tiny_gpt (d_model 128, 1 layer, seq 64, batch 16) with perftune's own training step
                  (perftune.burst.train_step.build_train_step, form cell or function) in GRAPH or PYNATIVE mode, plain,
@@ -77,6 +81,12 @@ for _mode in ("graph", "pynative"):
             SCENARIOS[f"tiny_gpt_{_mode}_{_form}{_suffix}"] = dict(
                 mode=_mode, profiled_steps=5, workload="tiny_gpt", train_step=_form, kernel_threads=1, warmup=10,
                 unprofiled=5, **_variant)
+#: three identical runs of the PyNative cell step with MindSpore's default kernel threads (the quickstart's baseline
+#: setting): the fixtures of tests/test_split_repeats.py, which checks that their splits agree within the noise
+REPEAT_SCENARIOS = [f"repeat_pynative_cell_run{i}" for i in (1, 2, 3)]
+for _name in REPEAT_SCENARIOS:
+    SCENARIOS[_name] = dict(mode="pynative", profiled_steps=5, workload="tiny_gpt", train_step="cell", kernel_threads=0,
+                            warmup=10, unprofiled=5, recompute=False, grad_accum_steps=1)
 TINY_GPT_SCENARIOS = [name for name in SCENARIOS if name.startswith("tiny_gpt_")]
 
 
@@ -232,12 +242,12 @@ def timed_profile(args: argparse.Namespace, step, it, rank: int) -> None:
     timed(1)
     compile_ms = (time.perf_counter() - t) * 1e3
     timed(args.warmup_steps)  # warm-up: also drains the batches prefetched during compile
-    before, _, _ = timed(args.unprofiled_steps)
+    before, before_waits, _ = timed(args.unprofiled_steps)
     session = ProfilerSession(Path(args.out), profile_memory=args.workload != "tiny_gpt")
     session.start()
     prof_steps, prof_waits, losses = timed(args.profiled_steps)
     analyse_s = session.stop_and_analyse()
-    after, _, _ = timed(args.unprofiled_steps)
+    after, after_waits, _ = timed(args.unprofiled_steps)
     timing = {
         "rank": rank,
         "profile_root": session.root.name,
@@ -248,6 +258,7 @@ def timed_profile(args: argparse.Namespace, step, it, rank: int) -> None:
         "profiled_data_wait_ms_list": prof_waits,
         "unprofiled_step_ms_median": statistics.median(before + after),
         "unprofiled_step_ms_mean": statistics.fmean(before + after),
+        "unprofiled_data_wait_ms_mean": statistics.fmean(before_waits + after_waits),
         "unprofiled_steps": len(before + after),
         "analyse_s": analyse_s,
         "compile_ms": compile_ms,
@@ -377,7 +388,11 @@ def write_readme(name: str) -> None:
     lines = []
     for r, tm in exp["ranks"].items():
         prof = load_profile(dest / tm["profile_root"], rank=int(r))
-        sp = compute_splits(prof, steps, tm["step_ms"], tm["data_wait_ms"])
+        if "unprofiled_data_wait_ms_mean" in tm:  # as a burst does: the timed step, the profiled steps' shares
+            sp = compute_splits(prof, steps, tm["unprofiled_step_ms_mean"], tm["unprofiled_data_wait_ms_mean"],
+                                tm["step_ms"], tm["data_wait_ms"])
+        else:
+            sp = compute_splits(prof, steps, tm["step_ms"], tm["data_wait_ms"])
         shares = sp.shares
         overhead = tm["step_ms"] / tm["unprofiled_step_ms_median"]
         lines.append(
@@ -410,13 +425,18 @@ def write_readme(name: str) -> None:
                 f"mode, perftune's own `{cfg['train_step']}` step (`perftune.burst.train_step.build_train_step`, loss_scale "
                 f"{cfg['loss_scale']}, no gradient norm, as the burst's timed step), recompute "
                 f"{'on (the workload`s recompute cells, chosen as perftune.burst does)' if cfg['recompute'] else 'off'}, "
-                f"grad_accum_steps {cfg['grad_accum_steps']}, {cfg['kernel_threads']} CPU kernel thread (on 2 shared "
-                "cores a multi-threaded kernel waits for its slowest thread, and single launches then take a 4 ms "
-                "scheduler tick)")
+                f"grad_accum_steps {cfg['grad_accum_steps']}, " + (
+                    f"{cfg['kernel_threads']} CPU kernel thread (on 2 shared cores a multi-threaded kernel waits for "
+                    "its slowest thread, and single launches then take a 4 ms scheduler tick)" if cfg["kernel_threads"]
+                    else "MindSpore's default CPU kernel threads (as a user's first sweep runs)"))
         kept = "the op table and the per-launch timestamps (profile_memory off; `trace_view.json` left out for size)"
         warmup = cfg["warmup_steps"]
     if workers > 1:
         what += f", {workers} workers with DATA_PARALLEL, gradients_mean and nn.DistributedGradReducer"
+    adds_up = ("`unprofiled_step_ms_mean` (the unprofiled steps' mean, which includes `unprofiled_data_wait_ms_mean`), "
+               "as a burst's splits do: the op phases are their shares of the profiled steps' compute (`step_ms` - "
+               "`data_wait_ms`)" if "unprofiled_data_wait_ms_mean" in exp["ranks"]["0"] else
+               "`step_ms`, which includes `data_wait_ms`")
     readme = f"""# {name}: real MindSpore {exp['mindspore_version']} CPU profiler output
 
 Produced on a 2-core CPU machine (shared, so step times are noisy) by, from the repository root:
@@ -434,8 +454,7 @@ Steps: 1 compile, {warmup} warm-up, {exp['ranks']['0']['unprofiled_steps'] // 2}
 does (perf_counter around `next(iterator)` and around the step including `loss.asnumpy()`).
 
 `expected.json` holds what the generating process measured for the profiled steps (per rank under `ranks`; the
-top-level `step_ms` / `data_wait_ms` are rank 0's): the splits must add up to `step_ms`, which includes
-`data_wait_ms`.  Only files the parser reads are kept, each under {MAX_FILE_BYTES // 1000} KB:
+top-level `step_ms` / `data_wait_ms` are rank 0's): the splits must add up to {adds_up}.  Only files the parser reads are kept, each under {MAX_FILE_BYTES // 1000} KB:
 {kept}.
 
 ## Splits as the parser gives them (refresh with `make_profiles.py --readme-only {name}`)
@@ -566,7 +585,7 @@ Preparing {ASCEND_PREPARING_US:.0f} µs per step.  `expected.json` gives the ste
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("scenario", nargs="?", default="all", choices=["all", "tiny_gpt", *SCENARIOS, "ascend_layout"])
+    ap.add_argument("scenario", nargs="?", default="all", choices=["all", "tiny_gpt", "repeats", *SCENARIOS, "ascend_layout"])
     # worker options: named so that none is a prefix of an msrun option (msrun parses the script's options too)
     ap.add_argument("--readme-only", action="store_true", help="rewrite the README.md of existing fixtures")
     ap.add_argument("--as-worker", dest="worker", action="store_true", help=argparse.SUPPRESS)
@@ -586,7 +605,7 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
-    names = {"all": [*SCENARIOS, "ascend_layout"], "tiny_gpt": TINY_GPT_SCENARIOS}.get(args.scenario, [args.scenario])
+    names = {"all": [*SCENARIOS, "ascend_layout"], "tiny_gpt": TINY_GPT_SCENARIOS, "repeats": REPEAT_SCENARIOS}.get(args.scenario, [args.scenario])
     if args.readme_only:
         for name in names:
             if name in SCENARIOS:

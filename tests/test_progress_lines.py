@@ -1,0 +1,40 @@
+"""Without a terminal (CI logs, ``nohup``) a sweep prints each line as it happens (issue 17 item 4): a process as it
+finishes, a verdict as it is decided, flushed, with the lines done of those expected, the time elapsed and an
+estimate of the time left, and ratios in the one convention of every output.  Scripted measurements (the runner of
+test_sweep_logic); the display is the CLI's own."""
+
+from __future__ import annotations
+
+import re
+
+from perftune.cli import SweepProgressDisplay
+from test_sweep_logic import Script, make_sweep
+
+COUNTER = re.compile(r"\[(\d+)/(\d+) done, (?:\d+ min )?\d+ s elapsed(, ~(?:\d+ min )?\d+ s left|, none left)?\]$")
+
+
+def test_one_line_per_finished_trial_as_it_happens(tmp_path, capsys):
+    variables = {"mode": ["pynative"], "jit_level": ["O1"], "num_parallel_workers": [2]}
+    scripts = {"baseline": Script(), "+mode=pynative": Script(factor=0.5), "+jit_level=O1": Script(factor=1.0),
+               "+num_parallel_workers=2": Script(factor=1.6)}
+    sweep, runner = make_sweep(tmp_path, variables, scripts, baseline_runs=2, retry_on_stack=False)
+    sweep.progress = SweepProgressDisplay(enabled=True)
+    sweep.run()
+    lines = capsys.readouterr().err.splitlines()
+    counters = [COUNTER.search(ln) for ln in lines]
+    assert all(counters), [ln for ln, c in zip(lines, counters) if not c]
+    done = [int(c.group(1)) for c in counters]
+    assert done == list(range(1, len(lines) + 1))  # one line at a time, counted as it happens
+    assert all(int(c.group(1)) <= int(c.group(2)) for c in counters)
+    assert "left]" in lines[0]  # an estimate of the time left from the first line on
+    # every process the runner ran has its line, in the order it ran, as it finished
+    measured = [ln.strip() for ln in lines if "samples/s" in ln]
+    assert len(measured) == len(runner.calls)
+    for line, (label, replicate) in zip(measured, runner.calls):
+        assert line.startswith(label + (f" (run {replicate + 1})" if replicate else "") + ":"), (line, label)
+    # verdicts, each with the ratio and its interval in the one convention
+    verdicts = [ln for ln in lines if re.search(r": (kept|slower|undecided|not significant|equivalent):", ln)]
+    assert {v.split(":")[0].strip() for v in verdicts} >= {"+mode=pynative", "+num_parallel_workers=2"}
+    assert "x2.00 slower [" in next(v for v in verdicts if v.strip().startswith("+mode=pynative"))
+    assert re.search(r"x1\.\d\d faster \[", next(v for v in verdicts if v.strip().startswith("+num_parallel")))
+    assert not any(re.search(r"x0\.\d", ln) for ln in lines)
