@@ -8,7 +8,8 @@ from typing import Optional
 
 from perftune.engine.plan import load_plan, parse_set_options
 from perftune.engine.specs import make_spec
-from perftune.engine.sweep import SweepProgress, run_sweep
+from perftune.engine.progress import SweepProgress
+from perftune.engine.sweep import run_sweep
 from perftune.io.plan import Plan
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult

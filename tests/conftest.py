@@ -26,7 +26,7 @@ def write_plan(folder: Path, **fields) -> Path:
         "workload_params": dict(TINY_MLP),
         "burst": dict(TINY_BURST),
         "baseline": {"batch_size": 32, "mode": "graph", "prefetch_size": 2},
-        "decision": {"baseline_runs": 2},
+        "decision": {"baseline_runs": 2, "max_runs": 2},
     }
     plan.update(fields)
     folder.mkdir(parents=True, exist_ok=True)
@@ -55,7 +55,7 @@ def quick_sweep(tmp_path_factory) -> Path:
     """
     folder = tmp_path_factory.mktemp("quick_sweep")
     plan = write_plan(folder, name="quick", workload_params={**TINY_MLP, "preprocess_ms": 0.5},
-                      variables={"mode": ["pynative"], "num_parallel_workers": [2]}, decision={"baseline_runs": 3})
+                      variables={"mode": ["pynative"], "num_parallel_workers": [2]}, decision={"max_runs": 2})
     out = folder / "out"
     result = run_sweep_cli(plan, out)
     assert result.exit_code == 0, result.output

@@ -243,3 +243,29 @@ def test_contention_is_others_cpu_over_the_machine():
     assert quiet.others_cpu_share == 0.0 and not quiet.contended
     unknown = between(Reading(0.0, None, None, 0.0), Reading(1.0, None, None, 0.5))
     assert unknown.others_cpu_share is None and not unknown.contended
+
+
+def test_windows_calibrated_to_min_window_s(tmp_path_factory):
+    """``burst.min_window_s``: windows get enough steps to last that long, chosen from the warm-up's step time
+    (plumbing only: the step count follows from the recorded warm-up, whatever the machine's speed)."""
+    result, _ = burst(tmp_path_factory, "calibrated", burst={"steps": 2, "repeats": 2, "min_window_s": 5.0})
+    assert result.status == "ok", (result.reason, result.log_tail)
+    warm = [s.step_ms for s in result.steps if s.phase == "warmup"][1:]
+    expected = min(max(2, math.ceil(5000 / float(np.median(warm)))), 200)
+    assert [w.steps for w in result.windows] == [expected, expected]
+    assert len([s for s in result.steps if s.phase == "timed"]) == 2 * expected
+    if expected > 2:
+        assert any(f"calibrated to {expected} steps" in n.text for n in result.notes)
+
+
+def test_min_window_s_is_part_of_the_trial_id():
+    # (plans without it keep their ids: tests/test_schema.py resumes a version-1 sweep without running a burst)
+    plain, calibrated = plan_for(), plan_for(burst={"min_window_s": 1.0})
+    assert make_spec(plain, {}, "b").trial_id != make_spec(calibrated, {}, "b").trial_id
+
+
+def test_an_unreadable_trial_file_is_recorded_with_why(tmp_path_factory):
+    result, folder = burst(tmp_path_factory, "newer", workload="tests.workloads_for_tests:newer_trial_file", params={})
+    assert result.status == "failed"
+    assert result.reason.startswith("the burst wrote a trial.json this perftune cannot read:"), result.reason
+    assert "99" in result.reason

@@ -70,11 +70,24 @@ def test_version_1_results_feed_the_readers_downstream(v1_copy):
 
 
 def test_a_resumed_version_1_sweep_reuses_its_trials(v1_copy):
-    """The trial ids do not depend on the file format: a sweep folder of version 1 resumes without re-running."""
-    plan = read_sweep(v1_copy).plan
-    result = Sweep(plan, v1_copy, no_bursts).run()
-    assert [t.reused for t in result.trials] == [True, True]
-    assert [t.verdict for t in result.trials] == ["baseline", "no effect"]
+    """The trial ids do not depend on the file format: a sweep folder of version 1 resumes without re-running.
+
+    The sequential rule measures the baseline after the candidate too (``R C R``): that one process is all it runs,
+    a repeat of the baseline (here a copy of the first one's result under its own id)."""
+    old = read_sweep(v1_copy)
+    first = read_trial(v1_copy / "trials" / next(t.trial_id for t in old.trials if t.kind == "baseline"))
+    ran = []
+
+    def only_the_new_baseline_repeat(spec, trial_dir):
+        assert spec.label == "baseline" and spec.replicate == 1, f"ran {spec.label} run {spec.replicate + 1}"
+        ran.append(spec.trial_id)
+        return first.model_copy(update={"trial_id": spec.trial_id})
+
+    plan = old.plan
+
+    result = Sweep(plan, v1_copy, only_the_new_baseline_repeat).run()
+    assert [t.reused for t in result.trials] == [True, True, False] and len(ran) == 1
+    assert [t.verdict for t in result.trials] == ["baseline", "no effect", "baseline"]
     assert json.loads((v1_copy / "results.json").read_text())["schema_version"] == 2
 
 

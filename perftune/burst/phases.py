@@ -231,9 +231,28 @@ class Burst:
         self.result.warmup_steps = count
         self.result.steps += [self.step("warmup") for _ in range(count)]
 
+    def window_steps(self) -> int:
+        """Steps per timed window: ``burst.steps``, or more where ``burst.min_window_s`` asks for longer windows.
+
+        As pyperf and timeit calibrate their loops: the step time is the median of the warm-up steps after the
+        first (which compiled), and the window gets enough steps to last ``min_window_s`` (at most 100x ``steps``).
+        """
+        b = self.spec.burst
+        warm = [r.step_ms for r in self.result.steps if r.phase == "warmup"][1:]
+        if not b.min_window_s or not warm:
+            return b.steps
+        per_step_ms = max(float(np.median(warm)), 1e-3)
+        steps = min(max(b.steps, math.ceil(b.min_window_s * 1e3 / per_step_ms)), 100 * b.steps)
+        if steps != b.steps:
+            self.result.notes.append(Note(kind="info", text=(
+                f"timed windows calibrated to {steps} steps (warm-up step {per_step_ms:.1f} ms, "
+                f"burst.min_window_s={b.min_window_s:g}; burst.steps={b.steps} is the minimum)")))
+        return steps
+
     def timed_phase(self) -> None:
         b = self.spec.burst
         per_step = int(self.k["batch_size"])
+        steps = self.window_steps()
         all_steps: list[StepRecord] = []
         for w in range(b.repeats):
             # one synchronisation per window (the losses are read back at its end), as training runs; the window's
@@ -241,7 +260,7 @@ class Burst:
             self.pending_losses = []
             before = contention.read()
             started = time.perf_counter()
-            window = [self.step("timed", w, sync=False) for _ in range(b.steps)]
+            window = [self.step("timed", w, sync=False) for _ in range(steps)]
             losses = [float(x.asnumpy()) for x in self.pending_losses]
             total = (time.perf_counter() - started) * 1e3
             guard = contention.between(before, contention.read())

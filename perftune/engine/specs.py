@@ -32,7 +32,8 @@ def make_spec(plan: Plan, knob_values: dict[str, Any], label: str, replicate: in
         "device": plan.device,
         "seed": plan.seed,
         "knobs": effective,
-        "burst": plan.burst.model_dump(),
+        # unset optional settings are left out, so trial ids (and resumes) of plans that do not use them stay as they were
+        "burst": plan.burst.model_dump(exclude_none=True),
         "accuracy_samples": accuracy_samples(plan),
         "replicate": replicate,
     }

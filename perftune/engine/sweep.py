@@ -1,20 +1,23 @@
 """The sweep engine: baseline, one variable at a time, accuracy gate, stacking, leave-one-out; resumable.
 
 Order of work
-1. the baseline, measured ``decision.baseline_runs`` times in separate processes, spread through the
-   one-at-a-time phase (first, evenly between, last), so drift shows up as baseline spread and the noise estimate
-   covers process-to-process variation (see ``stats.py``);
-2. every value of every variable alone against the pooled baseline.  Order rule: the first baseline's profile
-   decides: if waiting for data is at least ``DATA_BOUND_SHARE`` of the step, the data-pipeline knobs go first,
-   otherwise the compute knobs do (then the rest in plan order).  Every single is compared with all baseline runs,
-   so the order changes when an answer arrives, not the answer;
-3. stacking: the best kept value of each kept variable, in order of measured gain, applied one after another; each
-   cumulative configuration is measured and kept only if it is faster than the stack before it (a change that
-   stops helping once stacked is dropped, and said so) and the accuracy gate still holds against the baseline;
+1. the baseline's first process (with the accuracy phase and the profile), whose profile sets the order: if waiting
+   for data is at least ``DATA_BOUND_SHARE`` of the step, the data-pipeline knobs go first, otherwise the compute
+   knobs do (then the rest in plan order);
+2. every value of every variable against the baseline, raced (``race.py``): ``R C1 R C2 R ...`` (R a cheap repeat
+   process of the baseline), then ``C R`` rounds for the comparisons still open, each decided sequentially
+   (``sequential.py``: faster / slower / equivalent, or undecided at ``decision.max_runs``), Benjamini-Hochberg
+   across them, and the verdict with its precedence (``verdicts.py``: no-op and accuracy outrank timing);
+3. stacking: the best value of each kept variable, in order of measured gain, applied one after another; each
+   cumulative configuration is raced against the stack before it by the same rule and kept only if it is faster
+   (a change that stops helping once stacked is dropped, and said so) and the accuracy gate still holds;
 4. leave-one-out: the final stack minus each of its changes, to show each change's contribution in context.
 
-Every trial's folder is named by its id (a hash of all knob values and the burst settings), so a rerun reuses
-what finished and runs only what is missing.  ``results.json`` is rewritten (atomically) after every trial.
+A process measured while other processes competed for the cores (``TrialResult.contended_windows``) is measured
+again (``decision.remeasure_contended`` times at most) and does not count as a look.  Every trial's folder is named
+by its id (a hash of all knob values, the burst settings and the replicate index), and the races are deterministic
+given the measurements, so a rerun reuses what finished and runs only what is missing.  ``results.json`` is
+rewritten (atomically) after every trial.
 """
 
 from __future__ import annotations
@@ -23,11 +26,14 @@ import shutil
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Hashable, Optional
 
 from perftune import knobs
 from perftune.engine import accuracy as accuracy_gate
-from perftune.engine import noop, stats
+from perftune.engine import noop, verdicts
+from perftune.engine.progress import SilentProgress, SweepProgress
+from perftune.engine.race import Race
+from perftune.engine.sequential import Noise, Policy, ProcessRun, benjamini_hochberg, decide
 from perftune.engine.specs import make_spec
 from perftune.errors import UserError
 from perftune.io.files import RESULTS_NAME, TRIAL_NAME, TRIALS_DIR, read_trial_if_present
@@ -46,35 +52,6 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-class SweepProgress(Protocol):
-    """What the sweep reports while it runs; the CLI renders it (a progress bar, or plain lines)."""
-
-    def begin(self, total: int) -> None: ...  # trials expected so far
-    def start(self, label: str) -> None: ...  # a trial starts
-    def done(self, line: str) -> None: ...  # a trial (or a verdict) is done: one line saying what came out
-    def grow(self, n: int) -> None: ...  # n more trials than expected (stacking, leave-one-out)
-    def end(self) -> None: ...
-
-
-class SilentProgress:
-    """Reports nothing."""
-
-    def begin(self, total: int) -> None:
-        pass
-
-    def start(self, label: str) -> None:
-        pass
-
-    def done(self, line: str) -> None:
-        pass
-
-    def grow(self, n: int) -> None:
-        pass
-
-    def end(self) -> None:
-        pass
-
-
 class Sweep:
     def __init__(self, plan: Plan, out_dir: Path, run: TrialRunner, plan_path: Optional[Path] = None,
                  fresh: bool = False, progress: Optional[SweepProgress] = None, command: str = ""):
@@ -89,7 +66,16 @@ class Sweep:
         self.result = SweepResult(plan=plan, plan_path=str(plan_path) if plan_path else None, command=command,
                                   started_utc=utc_now())
         self.progress: SweepProgress = progress or SilentProgress()
-        self.baseline_runs: list[SweepTrial] = []
+        d = plan.decision
+        self.policy = Policy(confidence=d.confidence, equivalence=d.equivalence, max_runs=d.max_runs)
+        self.runs: list[ProcessRun] = []  # every usable process, in measurement order (config = its key)
+        self.configs: dict[Hashable, tuple[dict[str, Any], str]] = {}  # key -> (changes, kind)
+        self.processes: dict[Hashable, list[SweepTrial]] = {}  # key -> its processes, in order
+        self.contended: dict[Hashable, int] = {}  # key -> its processes measured under contention
+        self.streak = 0  # contended processes in a row, whatever their configuration
+        self.base: Hashable = ""
+        self.best: Hashable = ""
+        self.expected = self.ticks = 0  # progress lines expected so far, and given
         self.started = time.perf_counter()
 
     # -- running trials -------------------------------------------------------------------------------------
@@ -99,8 +85,7 @@ class Sweep:
     def measure(self, changes: dict[str, Any], kind: str, replicate: int = 0) -> SweepTrial:
         spec = self._spec(changes, replicate)
         trial_dir = self.trials_dir / spec.trial_id
-        label = spec.label + (f" (run {replicate + 1})" if kind == "baseline" else "")
-        self.progress.start(label)
+        self.progress.start(spec.label + (f" (run {replicate + 1})" if replicate else ""))
         result = _reusable(trial_dir, spec.trial_id)
         # reused = finished by an earlier, interrupted run (not a configuration this run already measured)
         reused = result is not None and all(t.trial_id != spec.trial_id for t in self.result.trials)
@@ -118,69 +103,99 @@ class Sweep:
         self.result.wall_s = time.perf_counter() - self.started
         write_json_atomic(self.out / RESULTS_NAME, self.result.model_dump(mode="json"))
 
-    # -- measurements and decisions --------------------------------------------------------------------------
-    def _measurement(self, trials: list[SweepTrial]) -> Optional[stats.Measurement]:
-        return stats.measurement_of(t.result for t in trials)
+    def say(self, line: str) -> None:
+        """One progress line (a process measured, or a verdict); the bar grows past what was expected."""
+        self.ticks += 1
+        if self.ticks > self.expected:
+            self.progress.grow(1)  # an extra round, a re-measure, stacking or leave-one-out
+        self.progress.done(line)
 
-    def noise(self) -> stats.Noise:
-        base = self._measurement(self.baseline_runs)
-        return stats.Noise.estimate([base] if base else [])
+    def out_of_time(self) -> bool:
+        budget = self.plan.decision.budget_s
+        return budget is not None and time.perf_counter() - self.started > budget
 
-    def compare(self, reference: list[SweepTrial], candidate: SweepTrial, ref_label: str,
-                min_gain: Optional[float] = None) -> Optional[ComparisonRecord]:
-        ref, cand = self._measurement(reference), self._measurement([candidate])
-        if ref is None or cand is None:
-            return None
-        c = stats.compare(ref, cand, self.noise(), self.plan.decision.confidence,
-                          self.plan.decision.min_gain if min_gain is None else min_gain)
-        return ComparisonRecord(reference=ref_label, **c.as_dict())
+    def register(self, changes: dict[str, Any], kind: str) -> Hashable:
+        """A configuration's key (its first process's trial id) for the races."""
+        key = self._spec(changes).trial_id
+        self.configs.setdefault(key, (changes, kind))
+        self.processes.setdefault(key, [])
+        return key
+
+    def measure_process(self, key: Hashable) -> Optional[ProcessRun]:
+        """One more usable process of ``key``; None if it failed.
+
+        A contended process is measured again, at most ``remeasure_contended`` times, and only while contention
+        looks passing: once that many processes in a row were contended, it is the machine's state, measuring again
+        would double the cost for nothing, and the process is used (and counted in its comparison's ``contended``).
+        """
+        changes, kind = self.configs[key]
+        retries, limit = 0, self.plan.decision.remeasure_contended
+        while True:
+            replicate = len(self.processes[key])
+            trial = self.measure(changes, kind if replicate == 0 or kind == "baseline" else "repeat", replicate)
+            self.processes[key].append(trial)
+            r = trial.result
+            if trial.verdict in FAILED or not r.windows:
+                self._done(trial)
+                return None
+            self.streak = self.streak + 1 if r.contended_windows else 0
+            self.contended[key] = self.contended.get(key, 0) + bool(r.contended_windows)
+            if r.contended_windows and retries < limit and self.streak <= limit and not self.out_of_time():
+                trial.excluded = (f"{r.contended_windows} of {len(r.windows)} timed windows contended (other "
+                                  "processes used the cores): measured again")
+                retries += 1
+                self._done(trial)
+                continue
+            self._done(trial)
+            return ProcessRun(key, tuple(w.samples_per_s for w in r.windows))
+
+    def first(self, key: Hashable) -> SweepTrial:
+        return self.processes[key][0]
 
     @property
-    def baseline_accuracy(self):
-        for t in self.baseline_runs:
-            if t.result.status == "ok" and t.result.accuracy is not None:
-                return t.result.accuracy
-        return None
+    def baseline_runs(self) -> list[SweepTrial]:
+        return self.processes.get(self.base, [])
 
-    def decide(self, trial: SweepTrial, reference: list[SweepTrial], ref_label: str) -> None:
-        """Verdict for a measured trial against ``reference`` (the pooled baseline, or the previous stack)."""
-        if trial.verdict in FAILED:
-            return
-        comparison = self.compare(reference, trial, ref_label)
-        if ref_label == "baseline":
-            trial.vs_baseline = comparison
-        else:
-            trial.vs_previous = comparison
-            trial.vs_baseline = self.compare(self.baseline_runs, trial, "baseline")
-        base_acc = self.baseline_accuracy
-        gate = accuracy_gate.check(base_acc, trial.result.accuracy, self.plan.accuracy) if base_acc else None
+    # -- decisions ---------------------------------------------------------------------------------------------
+    def gate(self, trial: SweepTrial) -> Optional[accuracy_gate.GateResult]:
+        base = self.baseline_runs[0].result.accuracy if self.baseline_runs else None
+        return accuracy_gate.check(base, trial.result.accuracy, self.plan.accuracy) if base else None
+
+    def settled(self, key: Hashable) -> bool:
+        """No more timing can change the verdict: a known no-op, or an accuracy failure."""
+        trial = self.first(key)
+        gate = self.gate(trial)
+        return bool(noop.no_effect_reasons(trial.changes, trial.result)) or (gate is not None and not gate.ok)
+
+    def race(self, candidates: list[Hashable], reference: Hashable) -> dict[Hashable, Optional[ComparisonRecord]]:
+        """Race ``candidates`` against ``reference``; their comparisons as records."""
+        race = Race(self.measure_process, self.runs, self.policy, self.out_of_time, self.settled)
+        decisions = race.run(candidates, reference)
+        label = label_of(self.configs[reference][0])
+        self.record_noise()
+        return {c: verdicts.record(d, label, contended=self.contended.get(c, 0) + self.contended.get(reference, 0))
+                if d else None for c, d in decisions.items()}
+
+    def informational(self, candidate: Hashable, reference: Hashable, label: str) -> Optional[ComparisonRecord]:
+        """A comparison looked at once (not raced): e.g. a stack row against the baseline."""
+        d = decide(self.runs, candidate, reference, self.record_noise(), self.policy, looks=1)
+        return verdicts.record(d, label, final=False) if d else None
+
+    def record_noise(self) -> Noise:
+        """The sweep's pooled process noise so far, recorded in results.json."""
+        noise = Noise.pooled(self.runs, self.policy.prior_sd, self.policy.prior_df)
+        self.result.noise_sd, self.result.noise_df, self.result.noise_observed_df = \
+            noise.sd, noise.df, noise.observed_df
+        return noise
+
+    def judge(self, trial: SweepTrial, comparison: Optional[ComparisonRecord], discovered: bool = True,
+              family: str = "the sweep") -> None:
+        gate = self.gate(trial)
         if gate is not None:
             trial.accuracy_changes = gate.changes
-        no_effect = noop.no_effect_reasons(trial.changes, trial.result)
-        if comparison is None:
-            trial.verdict, trial.reason = "failed", "no throughput to compare"
-        elif no_effect:  # before the timing: a known no-op that timed faster is noise, never a win
-            trial.verdict, trial.reason = "no effect", no_effect[0]
-        elif comparison.verdict == "faster":
-            if gate is not None and not gate.ok:
-                trial.verdict, trial.reason = "accuracy rejected", f"faster (x{comparison.ratio:.2f}) but {gate.reason}"
-            else:
-                trial.verdict = "kept"
-                trial.reason = (f"x{comparison.ratio:.2f} [{comparison.ci_low:.2f}, {comparison.ci_high:.2f}] "
-                                f"vs {ref_label}")
-        elif comparison.verdict == "slower":
-            trial.verdict = "slower"
-            trial.reason = f"x{comparison.ratio:.2f} [{comparison.ci_low:.2f}, {comparison.ci_high:.2f}] vs {ref_label}"
-        else:
-            trial.verdict = "not significant"
-            gain = comparison.ratio - 1
-            why = "interval includes 1" if comparison.ci_low <= 1 <= comparison.ci_high else \
-                f"gain {gain:+.1%} below min_gain {self.plan.decision.min_gain:.0%}"
-            trial.reason = f"x{comparison.ratio:.2f} [{comparison.ci_low:.2f}, {comparison.ci_high:.2f}]: {why}"
-        if gate is not None and not gate.ok and trial.verdict in ("not significant", "slower", "no effect"):
-            # an accuracy failure is never hidden behind a speed verdict: it is the verdict, the speed is the reason
-            speed = f"{trial.verdict} ({trial.reason})"
-            trial.verdict, trial.reason = "accuracy rejected", f"{gate.reason}; speed: {speed}"
+        trial.verdict, trial.reason = verdicts.verdict(
+            comparison, noop.no_effect_reasons(trial.changes, trial.result), gate,
+            min_gain=self.plan.decision.min_gain, discovered=discovered, family=family)
         self.save()
 
     # -- the phases ---------------------------------------------------------------------------------------------
@@ -203,12 +218,11 @@ class Sweep:
         return sorted(singles, key=lambda c: 0 if next(iter(c)) in group else 1)
 
     def run(self) -> SweepResult:
-        plan = self.plan
         singles = self.singles()
-        runs = max(1, plan.decision.baseline_runs)
-        self.progress.begin(1 + len(singles) + (runs - 1))
+        self.expected = 1 + 3 * len(singles)  # R C1 R C2 R ... and a verdict line each, before any extra round
+        self.progress.begin(self.expected)
         try:
-            self._run(singles, runs)
+            self._run(singles)
             self.result.status = "complete"
         except KeyboardInterrupt:
             self.result.status = "interrupted"
@@ -219,59 +233,66 @@ class Sweep:
             self.save()
         return self.result
 
-    def _run(self, singles: list[dict[str, Any]], runs: int) -> None:
-        first = self.measure({}, "baseline", 0)
-        self.baseline_runs.append(first)
-        self._done(first)
-        if first.result.status != "ok":
-            self.result.trials[-1].reason = f"the baseline itself failed: {first.result.reason}"
+    def _run(self, singles: list[dict[str, Any]]) -> None:
+        self.base = self.register({}, "baseline")
+        run = self.measure_process(self.base)
+        if run is None:
+            last = self.baseline_runs[-1]
+            last.reason = f"the baseline itself failed: {last.result.reason}"
+            self.save()
             return
-        self.result.environment = first.result.environment
-        ordered = self.order_singles(singles)
-        # spread the remaining baseline runs evenly through the singles (and one at the very end)
-        slots = {round((i + 1) * len(ordered) / (runs - 1)) for i in range(runs - 1)} if runs > 1 else set()
-        single_trials = []
-        replicate = 1
-        for i, changes in enumerate(ordered, start=1):
-            single_trials.append(self.measure(changes, "single"))
-            self._done(single_trials[-1], pending=True)
-            if i in slots and replicate < runs:
-                self._baseline_run(replicate)
-                replicate += 1
-        while replicate < runs:
-            self._baseline_run(replicate)
-            replicate += 1
-        if len(self.baseline_runs) > 1:
-            second = self.compare([self.baseline_runs[0]], self.baseline_runs[-1], "baseline (run 1)")
-            self.result.aa_check = second
-        for trial in single_trials:
-            self.decide(trial, self.baseline_runs, "baseline")
-            self.progress.done(f"  {trial.label}: {trial.verdict} {trial.reason}")
-        self.stack(single_trials)
+        self.runs.append(run)
+        self.result.environment = self.baseline_runs[0].result.environment
+        for _ in range(self.plan.decision.baseline_runs - 1 - len(singles)):  # too few candidates to interleave
+            run = self.measure_process(self.base)
+            self.runs += [run] if run else []
+        keys = [self.register(changes, "single") for changes in self.order_singles(singles)]
+        comparisons = self.race(keys, self.base)
+        self.aa_check()
+        measured = [k for k in keys if comparisons[k] is not None]
+        found = benjamini_hochberg([comparisons[k].p_value for k in measured], 1 - self.plan.decision.confidence)
+        discovered = dict(zip(measured, found))
+        family = (f"the {len(measured)} one-at-a-time comparisons (Benjamini-Hochberg, false discovery rate "
+                  f"{1 - self.plan.decision.confidence:.0%})")
+        self.result.multiplicity = (
+            f"{family}; each interval allows for up to {self.policy.max_runs} looks (Pocock), so adding processes "
+            "to an open comparison does not inflate false alarms")
+        for key in keys:
+            trial = self.first(key)
+            if trial.verdict in FAILED:
+                continue
+            trial.vs_baseline = comparisons[key]
+            self.judge(trial, comparisons[key], discovered.get(key, False), family)
+            self.say(f"  {trial.label}: {trial.verdict}: {trial.reason}")
+        self.stack([self.first(k) for k in keys])
         self.leave_one_out()
 
-    def _baseline_run(self, replicate: int) -> None:
-        trial = self.measure({}, "baseline", replicate)
-        self.baseline_runs.append(trial)
-        self._done(trial)
+    def aa_check(self) -> None:
+        """The baseline's last usable process against its first: how far the machine drifted over the singles."""
+        base_runs = [r for r in self.runs if r.config == self.base]
+        if len(base_runs) > 1:
+            pair = [ProcessRun("first", base_runs[0].windows), ProcessRun("last", base_runs[-1].windows)]
+            d = decide(pair, "last", "first", self.record_noise(), self.policy, looks=1)
+            self.result.aa_check = verdicts.record(d, "baseline (run 1)", final=False) if d else None
 
-    def _done(self, trial: SweepTrial, pending: bool = False) -> None:
+    def _done(self, trial: SweepTrial) -> None:
         r = trial.result
-        if pending and trial.verdict not in FAILED:
-            return  # the verdict line comes once all baseline runs are in
         what = f"{r.samples_per_s:.1f} samples/s" if r.status == "ok" and r.samples_per_s else \
             f"{trial.verdict}: {trial.reason}"
-        self.progress.done(f"  {trial.label}{' (run %d)' % (trial.replicate + 1) if trial.kind == 'baseline' else ''}"
-                           f": {what}{' (reused)' if trial.reused else ''}")
+        run = f" (run {trial.replicate + 1})" if trial.replicate else ""
+        extra = (f" ({trial.excluded})" if trial.excluded else "") + (" (reused)" if trial.reused else "")
+        self.say(f"  {trial.label}{run}: {what}{extra}")
 
     def stack_candidates(self, single_trials: list[SweepTrial]) -> list[SweepTrial]:
-        """Best value of each knob: kept ones by gain, then (``decision.retry_on_stack``) the not-significant ones.
+        """Best value of each knob: kept ones by gain, then (``decision.retry_on_stack``) the undecided ones.
 
         A change that did nothing against a compute-bound baseline can matter once the stack has moved the
-        bottleneck (more data workers only help after graph mode made the step fast), so those are tried on top of
-        the stack too.  Slower, accuracy-rejected, failed and no-effect changes are not retried.
+        bottleneck (more data workers only help after graph mode made the step fast), so those (not significant,
+        equivalent, undecided) are tried on top of the stack too.  Slower, accuracy-rejected, failed and no-effect
+        changes are not retried.
         """
-        allowed = ("kept", "not significant") if self.plan.decision.retry_on_stack else ("kept",)
+        allowed = ("kept", "not significant", "equivalent", "undecided") if self.plan.decision.retry_on_stack \
+            else ("kept",)
         best: dict[str, SweepTrial] = {}
         for t in single_trials:
             if t.verdict not in allowed or t.vs_baseline is None:
@@ -286,17 +307,21 @@ class Sweep:
         order = self.stack_candidates(single_trials)
         self.result.stack = [StackStep(label="baseline", trial_id=self.baseline_runs[0].trial_id, kept=True)]
         current_changes: dict[str, Any] = {}
-        current = self.baseline_runs
-        self.progress.grow(max(0, len(order) - 1))
+        current = self.base
         for single in order:
             changes = {**current_changes, **single.changes}
             if not current_changes:
                 if single.verdict != "kept":
                     continue  # on top of the baseline alone, its one-at-a-time verdict already answers
-                trial = single  # the first row is the best single itself: already measured against the baseline
+                trial, key = single, self.register(single.changes, "single")
             else:
-                trial = self.measure(changes, "stack")
-                self.decide(trial, current, label_of(current_changes) if current_changes else "baseline")
+                key = self.register(changes, "stack")
+                comparison = self.race([key], current)[key]
+                trial = self.first(key)
+                if trial.verdict not in FAILED:
+                    trial.vs_previous = comparison
+                    trial.vs_baseline = self.informational(key, self.base, "baseline")
+                    self.judge(trial, comparison)
             kept = trial.verdict == "kept"
             reason = trial.reason if kept else f"{trial.verdict}: {trial.reason}"
             if not kept and trial.verdict not in FAILED and trial.kind == "stack":
@@ -304,14 +329,12 @@ class Sweep:
                 trial.reason = reason
             self.result.stack.append(StackStep(label=label_of(changes), change=dict(single.changes),
                                                trial_id=trial.trial_id, kept=kept, reason=reason))
-            self.progress.done(f"  stack {label_of(changes)}: {'kept' if kept else reason}")
+            self.say(f"  stack {label_of(changes)}: {'kept' if kept else reason}")
             if kept:
-                current_changes, current = changes, [trial]
+                current_changes, current = changes, key
             self.save()
-        if not current_changes:
-            self._set_best(self.baseline_runs[0], "baseline")
-        else:
-            self._set_best(current[0], label_of(current_changes))
+        self._set_best(self.first(current), label_of(current_changes))
+        self.best = current
 
     def _set_best(self, trial: SweepTrial, label: str) -> None:
         self.result.best_label = label
@@ -326,20 +349,21 @@ class Sweep:
         final_changes: dict[str, Any] = {}
         for s in kept_steps:
             final_changes.update(s.change or {})
-        final = [t for t in self.result.trials if t.trial_id == self.result.best_trial_id]
-        self.progress.grow(len(kept_steps))
         for s in kept_steps:
             without = {k: v for k, v in final_changes.items() if k not in (s.change or {})}
-            trial = self.measure(without, "leave_one_out")
+            key = self.register(without, "leave_one_out")
+            trial = self.measure(without, "leave_one_out")  # an earlier stack row's process is reused
             if trial.verdict not in FAILED:
+                if not any(r.config == key for r in self.runs):
+                    self.runs.append(ProcessRun(key, tuple(w.samples_per_s for w in trial.result.windows)))
                 # how much faster the final stack is than the stack without this change
-                trial.vs_previous = self.compare([trial], final[0], f"final without {label_of(s.change or {})}", 0.0)
-                trial.vs_baseline = self.compare(self.baseline_runs, trial, "baseline", 0.0)
+                trial.vs_previous = self.informational(self.best, key, f"final without {label_of(s.change or {})}")
+                trial.vs_baseline = self.informational(key, self.base, "baseline")
                 trial.verdict = "measured"
                 c = trial.vs_previous
                 trial.reason = (f"removing {label_of(s.change or {})} from the final stack: final is "
                                 f"x{c.ratio:.2f} [{c.ci_low:.2f}, {c.ci_high:.2f}] of this" if c else "")
-            self.progress.done(f"  {trial.label}: {trial.reason or trial.verdict}")
+            self.say(f"  {trial.label}: {trial.reason or trial.verdict}")
             self.save()
 
 

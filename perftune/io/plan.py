@@ -24,6 +24,9 @@ class BurstSettings(PlanRecord):
     repeats: int = Field(3, ge=1)
     profile_steps: int = Field(5, ge=0)
     timeout_s: float = Field(300, gt=0)
+    #: calibrate the timed windows as pyperf/timeit do: each window runs at least ``steps`` steps and at least this
+    #: many seconds, the steps per window chosen from the warm-up's step time (None: exactly ``steps`` per window)
+    min_window_s: Optional[float] = Field(None, gt=0, le=600)
 
 
 class AccuracyGate(PlanRecord):
@@ -43,11 +46,22 @@ class AccuracyGate(PlanRecord):
 
 
 class DecisionRule(PlanRecord):
+    """How comparisons are decided (``perftune.engine.sequential``) and how much they may spend."""
+
     min_gain: float = Field(0.03, ge=0)
     confidence: float = Field(0.95, gt=0.5, lt=1)
-    #: the baseline is measured this many times, in separate processes spread through the sweep
+    #: a change whose interval lies inside +-equivalence of the reference is ``equivalent``
+    equivalence: float = Field(0.03, ge=0, lt=1)
+    #: processes of a candidate per comparison (the first included): an open comparison gets more, up to this
+    max_runs: int = Field(4, ge=1, le=20)
+    #: wall-time budget of the sweep in seconds: past it, no more extra rounds or re-measures start (none: no limit)
+    budget_s: Optional[float] = Field(None, gt=0)
+    #: a process measured while other processes competed for the cores is measured again, at most this many times
+    remeasure_contended: int = Field(1, ge=0, le=5)
+    #: the baseline is measured at least this many times (it is also measured between the candidates, R C1 R C2 R
+    #: ..., so this only adds processes to a sweep with fewer than baseline_runs - 1 candidates)
     baseline_runs: int = Field(3, ge=1, le=20)
-    #: also try the not-significant changes on top of the stack (the bottleneck may have moved)
+    #: also try the not-significant, equivalent and undecided changes on top of the stack (the bottleneck may move)
     retry_on_stack: bool = True
 
 

@@ -74,7 +74,7 @@ class WindowStats(Record):
     total_ms: float
     median_step_ms: float
     samples_per_s: float
-    #: the contention guard (perftune/contention.py): others' share of all cores during the window, steal time, the
+    #: the contention guard (perftune/burst/contention.py): others' share of all cores during the window, steal time, the
     #: 1-minute load average at its end, and whether others used more than CONTENDED_SHARE of the machine
     others_cpu_share: Optional[float] = None
     steal_share: Optional[float] = None

@@ -9,10 +9,11 @@ from pydantic import Field
 from perftune.io.plan import Plan
 from perftune.io.records import RESULTS_SCHEMA_VERSION, Environment, Record, TrialResult
 
-TrialKind = Literal["baseline", "single", "stack", "leave_one_out"]
+#: ``repeat``: a further process of a single or stack configuration, measured while its comparison was open
+TrialKind = Literal["baseline", "single", "stack", "leave_one_out", "repeat"]
 Verdict = Literal[
     "baseline", "kept", "not significant", "slower", "accuracy rejected", "failed", "timeout", "oom", "unsupported",
-    "no effect", "dropped", "measured",
+    "no effect", "dropped", "measured", "equivalent", "undecided",
 ]
 
 
@@ -21,15 +22,22 @@ FAILED_VERDICTS = ("failed", "timeout", "oom", "unsupported")
 
 
 class ComparisonRecord(Record):
-    """Throughput of a trial relative to a reference, with its confidence interval (``perftune.engine.stats``)."""
+    """Throughput of a trial relative to a reference, with its interval (``perftune.engine.sequential``)."""
 
     reference: str  # trial label it was compared with, e.g. "baseline" or "+mode=graph"
     ratio: float
     ci_low: float
     ci_high: float
     p_value: float
-    verdict: Literal["faster", "slower", "not significant"]
+    verdict: Literal["faster", "slower", "not significant", "equivalent", "undecided"]
     df: float
+    processes: Optional[int] = None  # candidate processes the comparison used (each a block between references)
+    reference_processes: Optional[int] = None
+    noise_sd: Optional[float] = None  # the sweep's pooled process noise (sd of log throughput) at the decision
+    resolution: Optional[float] = None  # half the interval's width (relative): the smallest change it can tell
+    contended: int = 0  # processes of either side measured while other processes competed for the cores (measured
+    #                     again, or used where contention persisted)
+    reason: str = ""  # the decision in words
 
 
 class SweepTrial(Record):
@@ -46,6 +54,7 @@ class SweepTrial(Record):
     vs_previous: Optional[ComparisonRecord] = None  # stacks: against the stack before it; LOO: final vs this
     accuracy_changes: dict[str, Optional[float]] = Field(default_factory=dict)  # metric -> relative change
     reused: bool = False  # came from an earlier, interrupted run of the same sweep
+    excluded: str = ""  # why this process's timing is not used (contended: measured again)
     result: TrialResult
 
 
@@ -75,6 +84,10 @@ class SweepResult(Record):
     trials: list[SweepTrial] = Field(default_factory=list)
     stack: list[StackStep] = Field(default_factory=list)
     aa_check: Optional[ComparisonRecord] = None  # baseline replicate vs the first baseline run
+    noise_sd: Optional[float] = None  # between-process noise the sweep measured (pooled, with the prior)
+    noise_df: Optional[int] = None  # its degrees of freedom: observed + the prior's
+    noise_observed_df: Optional[int] = None
+    multiplicity: str = ""  # how the sweep's many comparisons are kept honest (Benjamini-Hochberg), in words
     best_label: Optional[str] = None
     best_trial_id: Optional[str] = None
     best_vs_baseline: Optional[ComparisonRecord] = None

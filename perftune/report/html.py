@@ -24,10 +24,11 @@ from perftune.report import figures
 from perftune.report.format import is_missing, num
 from perftune.report.load import SweepFolder
 from perftune.report.notes import bottleneck_note
+from perftune.report.summary import comparison_lines, noise_line
 from perftune.report.tables import ablation_table, loo_table, singles_table
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-REJECTED = ("slower", "not significant", "accuracy rejected", "no effect", "dropped")
+REJECTED = ("slower", "not significant", "accuracy rejected", "no effect", "dropped", "equivalent", "undecided")
 LOG_TAIL_LINES = 40
 TOP_OPS = 10
 WIDE_INTERVAL = 1.5  # A/A interval high/low above this: the machine is too noisy to see small effects
@@ -72,7 +73,7 @@ def verdict_class(verdict: str) -> str:
 
 
 def display_label(trial: SweepTrial) -> str:
-    return f"{trial.label} (run {trial.replicate + 1})" if trial.kind == "baseline" else trial.label
+    return f"{trial.label} (run {trial.replicate + 1})" if trial.kind in ("baseline", "repeat") else trial.label
 
 
 # -- tables ----------------------------------------------------------------------------------------------------------
@@ -142,7 +143,7 @@ def _summary(folder: SweepFolder, metric: str) -> dict:
     aa_class = "muted"
     if aa is not None:
         aa_text = f"{speedup_text(aa.ratio, aa.ci_low, aa.ci_high)}: {aa.verdict}"
-        if aa.verdict != "not significant":
+        if aa.verdict in ("faster", "slower"):
             aa_class, aa_note = "bad", ("the same configuration measured twice differed: the machine was not steady, "
                                         "so treat small gains with care")
         elif aa.ci_low > 0 and aa.ci_high / aa.ci_low > WIDE_INTERVAL:
@@ -171,6 +172,8 @@ def _summary(folder: SweepFolder, metric: str) -> dict:
         "git_commit": env.git_commit if env else None,
         "aa": aa_text, "aa_class": aa_class, "aa_note": aa_note,
         "order_rule": res.order_rule,
+        "noise": noise_line(res),
+        "decisions": comparison_lines(res),
     }
 
 

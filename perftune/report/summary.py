@@ -60,6 +60,30 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def noise_line(result: SweepResult) -> str:
+    """The process noise the sweep measured, and how its many comparisons are kept honest."""
+    if result.noise_sd is None:
+        return ""
+    observed = result.noise_observed_df or 0
+    return (f"noise: two processes of one configuration differ by {result.noise_sd:.1%} (sd of log throughput, "
+            f"pooled over the sweep: {observed} observed + {(result.noise_df or 0) - observed} prior degrees of "
+            f"freedom)" + (f"; false alarms controlled over {result.multiplicity}" if result.multiplicity else ""))
+
+
+def comparison_lines(result: SweepResult) -> list[str]:
+    """Per comparison (singles against the baseline, stack rows against the stack before): the processes it used,
+    its verdict with the reason (interval, runs, what would resolve it) and its contamination flags."""
+    lines = []
+    for t in result.trials:
+        c = t.vs_previous if t.kind == "stack" else t.vs_baseline
+        if t.kind not in ("single", "stack") or c is None or c.processes is None:
+            continue
+        contended = f", {c.contended} measured under contention" if c.contended else ""
+        lines.append(f"{t.label}: {t.verdict} ({c.processes} + {c.reference_processes} processes vs {c.reference}"
+                     f"{contended}): {t.reason}")
+    return lines
+
+
 def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) -> str:
     lines = []
     counts: dict[str, int] = {}
@@ -69,6 +93,9 @@ def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) 
     lines.append(f"{len(result.trials)} trials ({', '.join(f'{n} {v}' for v, n in sorted(counts.items()))})"
                  + (f", {reused} reused from an earlier run" if reused else "")
                  + (f" in {result.wall_s:.0f} s" if result.wall_s else ""))
+    lines += [f"  {line}" for line in comparison_lines(result)]
+    if result.noise_sd is not None:
+        lines.append(noise_line(result))
     if result.aa_check:
         a = result.aa_check
         lines.append(f"A/A check: baseline run again x{a.ratio:.3f} [{a.ci_low:.3f}, {a.ci_high:.3f}]: {a.verdict}")

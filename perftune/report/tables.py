@@ -14,6 +14,7 @@ from perftune.io.records import PHASES
 from perftune.io.store import write_text_atomic
 from perftune.io.sweep_records import SweepResult, SweepTrial
 from perftune.report.format import num
+from perftune.report.summary import comparison_lines, noise_line
 
 
 def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
@@ -128,6 +129,10 @@ def markdown_report(result: SweepResult) -> str:
         parts += ["### Leave one out (final stack minus one change)", "", to_markdown(loo, metric)]
     if result.order_rule:
         parts += [f"Order rule: {result.order_rule}.", ""]
+    decisions = comparison_lines(result)
+    if decisions:
+        parts += ["### Decisions (processes used, interval, verdict and why)", "",
+                  *[f"- {line}" for line in decisions], "", noise_line(result), ""]
     return "\n".join(parts)
 
 

@@ -44,12 +44,15 @@ def run_local(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> TrialResult
         else:
             kill_group(proc)  # dataset worker processes may outlive the leader
     wall_s = time.perf_counter() - started
+    unreadable: Optional[str] = None
     try:
         result = read_trial_if_present(result_path)
-    except UserError:  # the burst writes atomically: this is a burst that broke, recorded as such below
-        result = None
+    except UserError as exc:  # written atomically, yet unreadable (e.g. by another perftune version): say so
+        result, unreadable = None, str(exc)
     if status is None and result is None:
         status, reason = classify_exit(proc.returncode, log_path)
+        if unreadable:
+            status, reason = "failed", f"the burst wrote a trial.json this perftune cannot read: {unreadable}"
     if result is None or status == "timeout":
         result = failed_result(spec, status or "failed", reason)
     if result.status != "ok" and not result.log_tail:

@@ -1,0 +1,63 @@
+"""A trial's verdict from its comparison, what the burst said about its knobs, and the accuracy gate.
+
+The precedence is the point (issue 12): evidence that does not depend on timing outranks timing.
+1. no comparison at all (nothing measured): ``failed``;
+2. a known no-op (``perftune.engine.noop``): ``no effect``, however fast it timed;
+3. the comparison: ``faster`` by at least ``min_gain`` and a discovery across the sweep (Benjamini-Hochberg) is
+   ``kept``; ``slower`` likewise is ``slower``; a significant change that is too small or not a discovery is
+   ``not significant``; ``equivalent``; an open comparison at the budget is ``undecided``;
+4. an accuracy failure is the verdict whatever the speed (the speed verdict stays in the reason).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from perftune.engine.accuracy import GateResult
+from perftune.engine.sequential import Decision, describe
+from perftune.io.sweep_records import ComparisonRecord
+
+#: verdicts that the accuracy gate overrides (a faster change that breaks accuracy is handled where it is kept)
+GATE_OVERRIDES = ("not significant", "slower", "no effect", "equivalent", "undecided")
+
+
+def record(d: Decision, reference: str, *, final: bool = True, contended: int = 0) -> ComparisonRecord:
+    """``d`` as stored in results.json.  ``final``: an open comparison is out of budget (``undecided``); otherwise
+    (informational comparisons, looked at once) it is ``not significant``."""
+    verdict = {"faster": "faster", "slower": "slower", "equivalent": "equivalent"}.get(
+        d.outcome, "undecided" if final else "not significant")
+    reason = describe(d, reference) if final or d.outcome != "open" else \
+        f"x{d.ratio:.3f} [{d.ci_low:.3f}, {d.ci_high:.3f}] vs {reference}: the interval includes 1"
+    return ComparisonRecord(reference=reference, ratio=d.ratio, ci_low=d.ci_low, ci_high=d.ci_high,
+                            p_value=d.p_value, verdict=verdict, df=d.df, processes=d.blocks,
+                            reference_processes=d.reference_runs, noise_sd=d.noise_sd, resolution=d.resolution,
+                            contended=contended, reason=reason)
+
+
+def speed_verdict(c: ComparisonRecord, min_gain: float, discovered: bool, family: str) -> tuple[str, str]:
+    """The verdict the timing alone gives, and its reason (``family`` names the multiplicity rule, for the reason)."""
+    gain = c.ratio - 1.0
+    if c.verdict in ("faster", "slower"):
+        if abs(gain) < min_gain:
+            return "not significant", f"{c.reason}, but the change {gain:+.1%} is below min_gain {min_gain:.0%}"
+        if not discovered:
+            return "not significant", f"{c.reason}, but not a discovery across {family}"
+        return ("kept" if c.verdict == "faster" else "slower"), c.reason
+    return c.verdict, c.reason  # equivalent / undecided / not significant
+
+
+def verdict(c: Optional[ComparisonRecord], no_effect: list[str], gate: Optional[GateResult], *, min_gain: float,
+            discovered: bool = True, family: str = "the sweep") -> tuple[str, str]:
+    """(verdict, reason) of a measured trial; see the module docstring for the order."""
+    if c is None:
+        return "failed", "no throughput to compare"
+    if no_effect:  # before the timing: a known no-op that timed faster is noise, never a win
+        name, why = "no effect", no_effect[0]
+    else:
+        name, why = speed_verdict(c, min_gain, discovered, family)
+        if name == "kept" and gate is not None and not gate.ok:
+            return "accuracy rejected", f"faster (x{c.ratio:.2f}) but {gate.reason}"
+    if gate is not None and not gate.ok and name in GATE_OVERRIDES:
+        # an accuracy failure is never hidden behind a speed verdict: it is the verdict, the speed is the reason
+        return "accuracy rejected", f"{gate.reason}; speed: {name} ({why})"
+    return name, why
