@@ -8,3 +8,16 @@ def load_results(path):
     from perftune.report.frames import load_results as load
 
     return load(path)
+
+
+#: measuring a training job from inside it (``perftune/burst/callback.py``); loaded on first use, so that
+#: ``import perftune`` does not import MindSpore
+_LAZY = {"Callback": "Callback", "steps": "steps", "loss": "loss"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        from perftune.burst import callback
+
+        return getattr(callback, _LAZY[name])
+    raise AttributeError(f"module 'perftune' has no attribute {name!r}")

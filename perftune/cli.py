@@ -117,6 +117,9 @@ def knobs_command() -> None:
             else:
                 backends.append(b)
         click.echo(f"  backends: {', '.join(backends)}")
+        route = {"context": "set before the script, kept against its set_context", "dataset":
+                 "mindspore.dataset.config", "model": "where the script builds Model / calls Model.train"}
+        click.echo(f"  script:   {route.get(knob.script_route, 'only through workload.knob_args')}")
 
 
 @main.command()
@@ -260,6 +263,55 @@ def report_command(results_dir: Path) -> None:
     from perftune.report import write_report
 
     click.echo(write_report(results_dir))
+
+
+@main.command(name="peak")
+@click.option("--device", type=click.Choice(["CPU", "GPU", "Ascend"]), default="CPU", show_default=True)
+@click.option("--refresh", is_flag=True, help="Measure again even when a peak is cached.")
+@click.option("--size", type=click.IntRange(16, 16384), default=2048, show_default=True,
+              help="Matrix size n of the n x n x n float32 MatMul.")
+@click.option("--seconds", type=click.FloatRange(0.05, 60), default=2.0, show_default=True,
+              help="How long to keep calling it (at least 3 calls).")
+@user_errors
+def peak_command(device: str, refresh: bool, size: int, seconds: float) -> None:
+    """Measure this machine's peak matmul FLOP/s with MindSpore once and cache it; reports use it for MFU."""
+    from perftune.io.peak import cache_path
+    from perftune.peak import machine_peak
+
+    record, measured = machine_peak(device, refresh=refresh, size=size, seconds=seconds)
+    click.echo(f"{record.flops_per_s / 1e9:.1f} GFLOP/s peak ({record.dtype}; median call "
+               f"{record.median_flops_per_s / 1e9:.1f}) on {record.host}, {record.device}, MindSpore "
+               f"{record.mindspore_version}: {record.method}")
+    load = f" at load average {record.load_avg_1m:.1f}" if record.load_avg_1m is not None else ""
+    click.echo(f"{'measured now' if measured else 'cached'} ({record.measured_utc}{load}) in {cache_path()}"
+               + ("" if measured else "; --refresh measures again"))
+
+
+@main.command(name="export")
+@click.argument("results_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--tensorboard", "tb_out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for TensorBoard event files, one run per trial (then: tensorboard --logdir FOLDER).")
+@click.option("--csv", "csv_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="CSV file of every recorded step of every trial (for pandas).")
+@user_errors
+def export_command(results_dir: Path, tb_out: Path | None, csv_out: Path | None) -> None:
+    """Export the per-step records of the sweep in RESULTS_DIR: TensorBoard runs and/or a CSV file."""
+    from perftune.report.export import export_csv, export_tensorboard
+
+    if tb_out is None and csv_out is None:
+        raise UserError("export: nothing to do (give --tensorboard FOLDER and/or --csv FILE)")
+    summaries = []
+    if tb_out is not None:
+        s = export_tensorboard(results_dir, tb_out)
+        click.echo(f"{tb_out}: {len(s.runs)} TensorBoard run(s): {', '.join(s.runs)}  "
+                   f"(tensorboard --logdir {shlex.quote(str(tb_out))})")
+        summaries.append(s)
+    if csv_out is not None:
+        s = export_csv(results_dir, csv_out)
+        click.echo(f"{csv_out}: {s.rows} step row(s)")
+        summaries.append(s)
+    for skipped in dict.fromkeys(x for s in summaries for x in s.skipped):
+        click.echo(f"perftune: warning: left out {skipped}", err=True)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ from typing import Optional
 from perftune.engine.plan import load_plan, parse_set_options
 from perftune.engine.specs import make_spec
 from perftune.engine.progress import SweepProgress
+from perftune.engine.script_plan import check_set_routes
 from perftune.engine.sweep import run_sweep
-from perftune.io.plan import Plan
+from perftune.io.plan import Plan, ScriptWorkload
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult
 from perftune.report.tables import write_tables
@@ -32,6 +33,8 @@ def run_one(plan_path: Path, overrides, out_dir: Path | None) -> tuple[TrialResu
     """``perftune run``: one burst of the plan's baseline with ``overrides`` (``knob=value`` strings)."""
     plan = load_plan(plan_path)
     knob_values = parse_set_options(list(overrides))
+    if isinstance(plan.workload, ScriptWorkload):
+        check_set_routes(plan.workload, knob_values)
     base_out = plan_output_dir(plan, Path(plan_path))
     label = ", ".join(f"{k}={v}" for k, v in knob_values.items()) or "baseline"
     spec = make_spec(plan, knob_values, label, cache_dir=default_cache_dir(base_out).resolve())

@@ -32,6 +32,10 @@ class Knob:
     refused: dict = field(default_factory=dict)
     #: backends where MindSpore accepts the knob and silently ignores it
     no_effect_on: tuple = ()
+    #: how the knob reaches a user's script (``workload: {script: ...}``) from outside: "context" (set before the
+    #: script and kept against its own set_context), "dataset" (mindspore.dataset.config), "model" (where the
+    #: script builds mindspore.train.Model / calls Model.train); "" = only through the plan's ``knob_args``
+    script_route: str = ""
 
     def normalize(self, value: Any) -> Any:
         """YAML 1.1 reads ``on``/``off`` as booleans; give them back their names where the knob has those choices."""
@@ -78,21 +82,24 @@ KNOBS: dict[str, Knob] = {
     for k in [
         Knob("batch_size", "int", 32, "samples per optimizer step (the dataset's batch)", "compute", minimum=1),
         Knob("mode", "choice", "graph", "GRAPH_MODE (compiled) or PYNATIVE_MODE (eager)", "compute",
-             choices=("graph", "pynative")),
+             choices=("graph", "pynative"), script_route="context"),
         Knob("jit_level", "choice", "O0", "graph compile level (O2: whole-graph sinking, Ascend)", "compute",
-             choices=("O0", "O1", "O2"), refused={"O2": ("CPU",)}),
+             choices=("O0", "O1", "O2"), refused={"O2": ("CPU",)}, script_route="context"),
         Knob("graph_kernel", "choice", "off", "graph-kernel fusion (on = MindSpore's default opt level, O1/O2 = "
              "--opt_level)", "compute", choices=("off", "on", "O1", "O2"),
-             refused={"on": ("CPU",), "O1": ("CPU",), "O2": ("CPU",)}),
+             refused={"on": ("CPU",), "O1": ("CPU",), "O2": ("CPU",)}, script_route="context"),
         Knob("amp_level", "choice", "O0", "automatic mixed precision: O0 fp32, O1 white-list fp16, O2 most ops "
-             "fp16 (BN fp32), O3 all fp16", "compute", choices=("O0", "O1", "O2", "O3")),
+             "fp16 (BN fp32), O3 all fp16", "compute", choices=("O0", "O1", "O2", "O3"), script_route="model"),
         Knob("loss_scale", "choice", "none", "loss scaling for fp16 gradients: none, static (1024) or dynamic "
              "(grows 2x every 50 finite steps, halves and skips the update on overflow)", "compute",
-             choices=("none", "static", "dynamic")),
+             choices=("none", "static", "dynamic"), script_route="model"),
         Knob("num_parallel_workers", "int", 1, "dataset worker threads for map and batch (MindSpore caps it at the "
-             "core count)", "data", minimum=1, maximum=256),
+             "core count)", "data", minimum=1, maximum=256, script_route="dataset"),
         Knob("prefetch_size", "int", 16, "dataset queue depth per operator (ds.config.set_prefetch_size)", "data",
-             minimum=1, maximum=1024),
+             minimum=1, maximum=1024, script_route="dataset"),
+        Knob("dataset_autotune", "bool", False, "MindSpore's own dataset autotuning (ds.config.set_enable_autotune): "
+             "it adjusts workers and queue sizes while training runs; compare it with perftune's choice", "data",
+             script_route="dataset"),
         Knob("python_multiprocessing", "bool", False, "run the Python map in worker processes instead of threads "
              "(escapes the GIL)", "data"),
         Knob("dataset_format", "choice", "numpy", "feed the data from NumPy arrays or from a MindRecord file "
@@ -104,11 +111,11 @@ KNOBS: dict[str, Knob] = {
         Knob("recompute", "bool", False, "recompute the workload's recompute cells in backward instead of keeping "
              "activations", "compute"),
         Knob("dataset_sink_mode", "bool", False, "sink the dataset to the device and run steps there without "
-             "returning to Python", "compute", no_effect_on=("CPU",)),
+             "returning to Python", "compute", no_effect_on=("CPU",), script_route="model"),
         Knob("kernel_threads", "int", 0, "CPU kernel threads (op_tuning.threads_num); 0 = MindSpore's default",
-             "compute", minimum=0, maximum=256),
+             "compute", minimum=0, maximum=256, script_route="context"),
         Knob("dispatch_threads", "int", 0, "runtime dispatch threads (runtime.dispatch_threads_num); 0 = default",
-             "compute", minimum=0, maximum=256),
+             "compute", minimum=0, maximum=256, script_route="context"),
         Knob("train_step", "choice", "cell", "how the step is written: a Cell (TrainOneStepCell style) or an "
              "ms.jit function around value_and_grad + the optimizer", "compute", choices=("cell", "function")),
         # -- distributed (perftune/runner/msrun.py): workers >= 2 launches the burst under msrun, one rank per worker

@@ -45,6 +45,23 @@ def run_sweep_cli(plan_path: Path, out: Path, *extra: str):
                          catch_exceptions=False)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def peak_cache(tmp_path_factory):
+    """An empty peak cache for the whole session: reports never pick up a peak measured on this machine before
+    (``perftune peak`` writes ~/.cache/perftune/peak.json); tests that need one write it themselves."""
+    import os
+
+    from perftune.io.peak import CACHE_ENV
+
+    before = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("peak_cache"))
+    yield Path(os.environ[CACHE_ENV])
+    if before is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = before
+
+
 @pytest.fixture(scope="session")
 def quick_sweep(tmp_path_factory) -> Path:
     """A real, data-bound sweep: each sample sleeps 0.5 ms in the Python map (as slow storage would), so with one
@@ -60,3 +77,26 @@ def quick_sweep(tmp_path_factory) -> Path:
     result = run_sweep_cli(plan, out)
     assert result.exit_code == 0, result.output
     return out
+
+
+#: a tiny tiny_gpt (1 layer, d_model 64, 16-byte windows): bursts of seconds, still a real byte-level LM
+TINY_GPT = {"d_model": 64, "n_layers": 1, "n_heads": 4, "seq_len": 16, "train_samples": 256, "val_samples": 16,
+            "corpus_bytes": 50_000}
+
+
+@pytest.fixture(scope="session")
+def lm_sweep(tmp_path_factory) -> tuple[Path, str]:
+    """A real tiny_gpt sweep (baseline + ``recompute=true``, one baseline run) with the progress lines on: what a
+    language-model user reads.  Returns the output folder and everything the command printed (stdout + stderr)."""
+    from click.testing import CliRunner
+
+    from perftune.cli import main
+
+    folder = tmp_path_factory.mktemp("lm_sweep")
+    plan = write_plan(folder, name="lm", workload="tiny_gpt", workload_params=dict(TINY_GPT),
+                      burst={**TINY_BURST, "steps": 4, "timeout_s": 240}, baseline={"batch_size": 8, "mode": "graph"},
+                      variables={"recompute": [True]}, decision={"baseline_runs": 1})
+    out = folder / "out"
+    result = CliRunner().invoke(main, ["sweep", str(plan), "--out", str(out), "--progress"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return out, result.output

@@ -255,3 +255,16 @@ def test_unusable_throughput_is_exit_2_not_a_regression(compare_runs, tmp_path, 
     bad.parent.mkdir()
     bad.write_text(json.dumps(data))
     assert_refused(compare_cli(source, bad), "unusable window throughput", "finite numbers > 0")
+
+
+def test_a_side_measured_on_a_busy_machine_is_warned_about(compare_runs, tmp_path):
+    """The contention guard's record reaches compare: processes with contended windows are named per side."""
+    data = json.loads((compare_runs["same_b"] / "1" / "results.json").read_text())
+    for t in data["trials"]:
+        t["result"]["contended_windows"] = 0
+    busy = data["trials"][0]["result"]
+    busy["contended_windows"] = 2
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    report = run_compare(compare_runs["same_a"], tmp_path, threshold=0.5)
+    new = [w for w in report.warnings if w.startswith("NEW:") and "busy machine" in w]
+    assert len(new) == 1 and f"1 of {len(data['trials'])} process(es)" in new[0] and "2 timed window(s)" in new[0]

@@ -133,6 +133,36 @@ def test_per_rank_splits_add_up_to_the_rank_step(dp):
     assert result.profile.communication_flag == (share > 0.20)
 
 
+def test_report_draws_each_rank_and_names_the_straggler(dp, tmp_path):
+    """The real 2-rank trial as a one-trial sweep folder: the report's ranks section lists both ranks, marks the
+    straggler, states the spread and the communication share, and draws the per-rank splits."""
+    import re
+    import shutil
+
+    from perftune.io.store import write_json_atomic
+    from perftune.io.sweep_records import SweepResult, SweepTrial
+    from perftune.report import write_report
+
+    result, trial_dir = dp
+    out = tmp_path / "sweep"
+    shutil.copytree(trial_dir, out / "trials" / result.trial_id)
+    trial = SweepTrial(trial_id=result.trial_id, label="workers=2", kind="baseline", verdict="baseline",
+                       result=result.model_copy(update={"steps": []}))
+    sweep = SweepResult(plan=_plan(), status="complete", started_utc="2026-01-01T00:00:00+00:00", trials=[trial])
+    write_json_atomic(out / "results.json", sweep.model_dump(mode="json"))
+    html = write_report(out).read_text()
+    ranks = html[html.index('<section id="ranks"'):]
+    ranks = ranks[:ranks.index("</section>")]
+    rows = re.findall(r"<tr class=\"[^\"]*\"><td>(\d+)( \(straggler\))?</td>", ranks)
+    assert [int(r) for r, _ in rows] == [0, 1]
+    assert [int(r) for r, mark in rows if mark] == [result.straggler_rank]
+    assert f"straggler: rank {result.straggler_rank}; spread {result.rank_spread:.1%}" in ranks
+    assert f"communication {result.profile.communication_share:.1%}" in ranks
+    for summary in result.ranks:
+        assert f"{summary.communication_share:.1%}" in ranks
+    assert 'alt="Per-rank time splits"' in ranks
+
+
 def test_a_rank_killed_mid_burst_fails_the_trial_and_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("PERFTUNE_TEST_KILL_RANK", "1")
     monkeypatch.setenv("PERFTUNE_TEST_KILL_AFTER_STEPS", "3")

@@ -3,7 +3,8 @@
 Three kinds of things live here:
 
 * helpers for the parent scripts: plans, running perftune bursts, load average, figures, failure exit;
-* ``mfu()`` / ``trial_mfu()`` / ``matmul_peak_*()``: model FLOPs utilisation, meant to move into perftune;
+* ``mfu()`` / ``trial_mfu()`` (from ``perftune.report.efficiency``) and ``matmul_peak_*()`` (MindSpore's is
+  ``perftune peak``'s ``perftune.peak.measure_peak``; NumPy's is a cross-check): model FLOPs utilisation;
 * child-process entries (``python experiments/benchmarks/_common.py plain|peak|instrumented ...``): a plain,
   hand-written MindSpore training loop, the matmul peak, and a perftune burst with a timer around each of its
   stages.  Every measurement runs in a fresh process, as perftune's own bursts do (MindSpore's context is
@@ -186,32 +187,22 @@ def run_child(command: str, args: dict, timeout_s: float = 600, cwd: Optional[Pa
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# MFU: model FLOPs utilisation (meant to move into perftune)
+# MFU: model FLOPs utilisation (perftune's own: perftune/report/efficiency.py, perftune/peak.py)
 # ---------------------------------------------------------------------------------------------------------------
 
 
 def mfu(flops_per_sample: float, samples_per_s: float, peak_flops_per_s: float) -> float:
-    """Model FLOPs utilisation: the model's forward+backward FLOPs actually done per second over the peak.
+    """``perftune.report.efficiency.mfu`` (imported here, not at the top: the children stay as light as before)."""
+    from perftune.report.efficiency import mfu as report_mfu
 
-    ``flops_per_sample`` is the workload's model FLOPs for one training sample (``Workload.flops_per_sample``:
-    counted from the model, not from what the kernels did, so recompute or padding never raise it);
-    ``peak_flops_per_s`` is the device's peak for the dtype in use (on CPU: a measured float32 matmul peak).
-    """
-    if flops_per_sample <= 0 or samples_per_s <= 0 or peak_flops_per_s <= 0:
-        raise ValueError("mfu: flops_per_sample, samples_per_s and peak_flops_per_s must all be > 0")
-    return flops_per_sample * samples_per_s / peak_flops_per_s
+    return report_mfu(flops_per_sample, samples_per_s, peak_flops_per_s)
 
 
 def trial_mfu(trial: Any, peak_flops_per_s: float) -> Optional[float]:
-    """MFU of one trial (a ``TrialResult`` or the dict of a ``trial.json``); None when the trial is not ok or its
-    workload declares no ``flops_per_sample``.  Uses the trial's median window throughput (``samples_per_s``)."""
-    get = trial.get if isinstance(trial, dict) else (lambda k: getattr(trial, k, None))
-    if get("status") != "ok":
-        return None
-    flops, rate = get("flops_per_sample"), get("samples_per_s")
-    if not flops or not rate:
-        return None
-    return mfu(float(flops), float(rate), peak_flops_per_s)
+    """``perftune.report.efficiency.trial_mfu``: MFU of a ``TrialResult`` or a trial.json dict, None if unknown."""
+    from perftune.report.efficiency import trial_mfu as report_trial_mfu
+
+    return report_trial_mfu(trial, peak_flops_per_s)
 
 
 def matmul_peak_numpy(n: int = 2048, repeats: int = 7) -> dict:
@@ -232,33 +223,12 @@ def matmul_peak_numpy(n: int = 2048, repeats: int = 7) -> dict:
 
 
 def matmul_peak_mindspore(n: int = 2048, repeats: int = 7) -> dict:
-    """Best and median float32 FLOP/s of an n x n x n ``ops.MatMul`` in MindSpore on the CPU (synchronised with
-    ``asnumpy`` of one element; at this size the per-call overhead is well under 1%)."""
-    import numpy as np
+    """Best and median float32 FLOP/s of an n x n x n ``ops.MatMul`` in MindSpore: ``perftune peak``'s own
+    measurement (``perftune.peak.measure_peak``), ``repeats`` calls after a warm-up."""
+    from perftune.peak import measure_peak
 
-    import mindspore as ms
-    from mindspore import ops
-
-    ms.set_device("CPU")
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    try:
-        (ms.Tensor(np.ones(1, np.float32)) + 1).asnumpy()  # NumPy 2: the first eager op may raise
-    except SystemError:
-        pass
-    rng = np.random.default_rng(0)
-    a = ms.Tensor(rng.standard_normal((n, n), dtype=np.float32))
-    b = ms.Tensor(rng.standard_normal((n, n), dtype=np.float32))
-    matmul = ops.MatMul()
-    c = matmul(a, b)
-    c[0, 0].asnumpy()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        c = matmul(a, b)
-        c[0, 0].asnumpy()
-        times.append(time.perf_counter() - t0)
-    flops = 2.0 * n**3
-    return {"n": n, "best_flops_per_s": flops / min(times), "median_flops_per_s": flops / median(times)}
+    r = measure_peak("CPU", n, seconds=0.0, min_repeats=repeats)
+    return {"n": n, "best_flops_per_s": r.flops_per_s, "median_flops_per_s": r.median_flops_per_s}
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -19,6 +19,10 @@ from perftune.burst.failures import KnobRefused
 from perftune.io.records import Environment, Note, TrialSpec
 
 
+#: graph_kernel knob value -> set_context(graph_kernel_flags=...)
+GRAPH_KERNEL_FLAGS = {"on": "", "O1": "--opt_level=1", "O2": "--opt_level=2"}
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -74,8 +78,7 @@ def apply_context(spec: TrialSpec) -> list[Note]:
                 notes.append(Note(kind="no_effect", knob=name,
                                   text=f"{name}={k[name]} has no effect in pynative mode (nothing is compiled)"))
     if k["graph_kernel"] != "off":
-        flags = {"on": "", "O1": "--opt_level=1", "O2": "--opt_level=2"}[k["graph_kernel"]]
-        ms.set_context(enable_graph_kernel=True, graph_kernel_flags=flags)
+        ms.set_context(enable_graph_kernel=True, graph_kernel_flags=GRAPH_KERNEL_FLAGS[k["graph_kernel"]])
     if k["kernel_threads"]:
         if spec.device == "CPU":
             compat.set_kernel_threads(int(k["kernel_threads"]))
@@ -117,6 +120,7 @@ def read_back(k: dict, network, step_fn, dataset) -> dict[str, Any]:
         "drop_remainder": getattr(batch_op, "drop_remainder", None),
         "batch_size": batch_op.get_batch_size() if batch_op is not None else None,
         "prefetch_size": ds.config.get_prefetch_size(),
+        "dataset_autotune": bool(ds.config.get_enable_autotune()),
         **compat.threads_configured(),
     }
 

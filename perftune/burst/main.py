@@ -57,7 +57,12 @@ def main(argv: list[str]) -> int:
         out_dir = trial_dir / rank_dir_name(rank)
         out_dir.mkdir(parents=True, exist_ok=True)
         log_path = trial_dir / rank_log_name(rank)
-    burst = Burst(spec, out_dir)
+    if spec.script is not None:  # the user's own training script, measured from inside (burst/script.py)
+        from perftune.burst.script import ScriptBurst
+
+        burst = ScriptBurst(spec, out_dir)
+    else:
+        burst = Burst(spec, out_dir)
     try:
         result = burst.run()
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a recorded trial

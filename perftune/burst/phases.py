@@ -37,19 +37,24 @@ from perftune.burst.context import (
     single_process_notes,
 )
 from perftune.burst.failures import KnobRefused, one_line
+from perftune.burst.summary import (
+    analyse_profile,
+    calibrated_window_steps,
+    finite_or_none,
+    summarize_timed,
+    training_accuracy,
+    window_stats,
+)
 from perftune.io.records import (
-    Accuracy,
     Note,
     ProfileSummary,
     RankSummary,
     StepRecord,
     TrialResult,
     TrialSpec,
-    WindowStats,
     failed_result,
 )
 
-LOSS_TAIL_STEPS = 5  # the training loss at N samples is the mean of this many last steps
 VAL_BATCH = 64  # the same validation batches for every trial, whatever its batch size
 
 
@@ -90,6 +95,7 @@ class Burst:
         np.random.seed(spec.seed)
         ds.config.set_seed(spec.seed)
         ds.config.set_prefetch_size(int(k["prefetch_size"]))
+        ds.config.set_enable_autotune(bool(k.get("dataset_autotune", False)))
         workload = resolve(spec.workload)(dict(spec.workload_params), spec.seed)
         workload.check()
         self.workload = workload
@@ -170,8 +176,8 @@ class Burst:
         self.samples_seen += int(batch[0].shape[0]) * self.world  # global samples: every rank took its share
         return StepRecord(
             phase=phase, window=window, step_ms=(t2 - t0) * 1e3, data_wait_ms=(t1 - t0) * 1e3,
-            loss=_finite_or_none(loss_value) if loss_value is not None else None,
-            grad_norm=_finite_or_none(float(grad_norm.asnumpy())) if with_norm else None,
+            loss=finite_or_none(loss_value) if loss_value is not None else None,
+            grad_norm=finite_or_none(float(grad_norm.asnumpy())) if with_norm else None,
             learning_rate=self.learning_rate, samples_seen=self.samples_seen,
         )
 
@@ -183,20 +189,7 @@ class Burst:
             records.append(self.step("accuracy"))
         self.result.compile_ms = records[0].step_ms if records else None
         self.result.steps += records
-        losses = [r.loss for r in records]
-        norms = [r.grad_norm for r in records]
-        nonfinite = any(v is None for v in losses) or any(v is None for v in norms)
-        tail = [v for v in losses[-LOSS_TAIL_STEPS:] if v is not None]
-        acc = Accuracy(
-            samples_seen=self.samples_seen,
-            updates=len(records),
-            lr_scale=self.spec.lr_scale,
-            train_loss=float(np.mean(tail)) if tail and not nonfinite else None,
-            max_grad_norm=max((v for v in norms if v is not None), default=None),
-            final_grad_norm=norms[-1] if norms else None,
-            nonfinite=nonfinite,
-            loss_curve=[(r.samples_seen, r.loss) for r in records if r.loss is not None],
-        )
+        acc = training_accuracy(records, self.samples_seen, self.spec.lr_scale)
         val = self.validation_loss()
         if val is None or not math.isfinite(val):
             acc.nonfinite = True
@@ -232,21 +225,11 @@ class Burst:
         self.result.steps += [self.step("warmup") for _ in range(count)]
 
     def window_steps(self) -> int:
-        """Steps per timed window: ``burst.steps``, or more where ``burst.min_window_s`` asks for longer windows.
-
-        As pyperf and timeit calibrate their loops: the step time is the median of the warm-up steps after the
-        first (which compiled), and the window gets enough steps to last ``min_window_s`` (at most 100x ``steps``).
-        """
-        b = self.spec.burst
-        warm = [r.step_ms for r in self.result.steps if r.phase == "warmup"][1:]
-        if not b.min_window_s or not warm:
-            return b.steps
-        per_step_ms = max(float(np.median(warm)), 1e-3)
-        steps = min(max(b.steps, math.ceil(b.min_window_s * 1e3 / per_step_ms)), 100 * b.steps)
-        if steps != b.steps:
-            self.result.notes.append(Note(kind="info", text=(
-                f"timed windows calibrated to {steps} steps (warm-up step {per_step_ms:.1f} ms, "
-                f"burst.min_window_s={b.min_window_s:g}; burst.steps={b.steps} is the minimum)")))
+        """Steps per timed window (``burst.min_window_s`` calibrates it from the warm-up steps)."""
+        warm = [r.step_ms for r in self.result.steps if r.phase == "warmup"]
+        steps, note = calibrated_window_steps(self.spec.burst, warm)
+        if note is not None:
+            self.result.notes.append(note)
         return steps
 
     def timed_phase(self) -> None:
@@ -266,37 +249,17 @@ class Burst:
             guard = contention.between(before, contention.read())
             window[-1].step_ms += total - sum(r.step_ms for r in window)  # the read-back belongs to the last step
             for record, value in zip(window, losses):
-                record.loss = _finite_or_none(value)
-            self.result.windows.append(WindowStats(
-                steps=len(window), total_ms=total, median_step_ms=float(np.median([r.step_ms for r in window])),
-                samples_per_s=len(window) * per_step / (total / 1e3), others_cpu_share=guard.others_cpu_share,
-                steal_share=guard.steal_share, load_avg_1m=guard.load_avg_1m, contended=guard.contended,
-            ))
+                record.loss = finite_or_none(value)
+            self.result.windows.append(window_stats(window, total, len(window) * per_step, guard))
             all_steps += window
-        self.result.contended_windows = sum(w.contended for w in self.result.windows)
-        if self.result.contended_windows:
-            shares = [w.others_cpu_share for w in self.result.windows if w.contended]
-            self.result.notes.append(Note(kind="warning", text=(
-                f"contention: {self.result.contended_windows} of {len(self.result.windows)} timed windows ran while "
-                f"other processes used up to {max(shares):.0%} of the machine (flag above "
-                f"{contention.CONTENDED_SHARE:.0%}); their throughput is less trustworthy")))
         self.result.steps += all_steps
-        times = np.array([r.step_ms for r in all_steps])
-        self.result.samples_per_s = float(np.median([w.samples_per_s for w in self.result.windows]))
-        if self.workload.tokens_per_sample:
-            self.result.tokens_per_s = self.result.samples_per_s * self.workload.tokens_per_sample
-        self.result.step_ms_median = float(np.median(times))
-        self.result.step_ms_p10 = float(np.percentile(times, 10))
-        self.result.step_ms_p90 = float(np.percentile(times, 90))
-        self.result.data_wait_ms_median = float(np.median([r.data_wait_ms for r in all_steps]))
+        summarize_timed(self.result, all_steps, self.workload.tokens_per_sample)
 
     def profiled_phase(self) -> None:
         n = self.spec.burst.profile_steps
         if n <= 0:
             return
-        from perftune.profile.layouts import load_profile
         from perftune.profile.session import ProfilerSession
-        from perftune.profile.splits import compute_splits, top_ops
 
         summary = ProfileSummary(profiled_steps=n, unprofiled_step_ms=self.result.step_ms_median)
         self.result.profile = summary
@@ -310,27 +273,7 @@ class Burst:
             summary.error = one_line(exc)
             return
         self.result.steps += records
-        summary.profiled_step_ms = float(np.mean([r.step_ms for r in records]))
-        if self.result.step_ms_median:
-            summary.overhead_ratio = summary.profiled_step_ms / self.result.step_ms_median
-        # The splits divide the *unprofiled* timed step (the one throughput comes from): op time per step from the
-        # profiled steps, data waiting from the timed steps.  The profiled steps' own data wait is not
-        # representative: the pipeline refills its queue while the profiler starts.
-        timed = [r for r in self.result.steps if r.phase == "timed"]
-        step_ms = float(np.mean([r.step_ms for r in timed]))
-        data_ms = float(np.mean([r.data_wait_ms for r in timed]))
-        try:
-            data = load_profile(out)
-            summary.layout = data.layout
-            summary.profile_dir = os.path.relpath(data.root, self.dir)
-            if data.trace_file is not None:
-                summary.trace_file = os.path.relpath(data.trace_file, self.dir)
-            summary.splits = compute_splits(data, n, step_ms, data_ms)
-            summary.top_ops = top_ops(data, 10)
-            summary.peak_allocated_bytes = data.peak_allocated_bytes
-            self.result.memory.allocator_peak_bytes = data.peak_allocated_bytes
-        except Exception as exc:
-            summary.error = one_line(exc)
+        analyse_profile(self.result, summary, records, out, self.dir)
 
     # -- distributed (workers >= 2, one process per rank under msrun) ------------------------------------------
 
@@ -391,5 +334,3 @@ def _learning_rate(optimizer) -> Optional[float]:
         return None
 
 
-def _finite_or_none(value: float) -> Optional[float]:
-    return value if math.isfinite(value) else None

@@ -96,6 +96,12 @@ def side_warnings(old: Side, new: Side, missing_knobs: list[str]) -> list[str]:
         if failed:
             w.append(f"{side.name}: {len(failed)} of {len(side.entries)} trial(s) did not measure throughput "
                      f"({', '.join(sorted({e.result.status for e in failed}))})")
+        busy = [e for e in side.entries if e.result.contended_windows]
+        if busy:
+            windows = sum(e.result.contended_windows for e in busy)
+            w.append(f"{side.name}: {len(busy)} of {len(side.entries)} process(es) measured on a busy machine "
+                     f"({windows} timed window(s) where other processes used over a quarter of the cores): its "
+                     "throughput is less trustworthy; measure both sides on an otherwise idle machine")
     # environment: versions and machine
     def env_values(side: Side, attr: str) -> list:
         return distinct_values(side, lambda e: getattr(e.result.environment, attr) if e.result.environment else None)

@@ -7,6 +7,7 @@ counts: a lower loss is never a rejection.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -21,6 +22,8 @@ class GateResult:
     ok: bool
     reason: str = ""
     changes: dict = field(default_factory=dict)  # metric -> relative change (candidate / baseline - 1)
+    #: metrics that passed only because the baseline cannot judge them at this burst length (``unjudged``)
+    unjudged: dict[str, str] = field(default_factory=dict)  # metric -> why it cannot judge
 
 
 def _rel(candidate: Optional[float], baseline: Optional[float]) -> Optional[float]:
@@ -36,6 +39,45 @@ def _window(baseline: Accuracy, candidate: Accuracy) -> str:
     rule = f", learning rate x{candidate.lr_scale:.3g}" if candidate.lr_scale != 1.0 else ", same learning rate"
     return (f"; compared at {candidate.samples_seen} samples seen: {candidate.updates} optimizer updates vs the "
             f"baseline's {baseline.updates}{rule}")
+
+
+def _no_learning_change(metric: str, initial: float, final: float) -> Optional[float]:
+    """How much worse than ``final`` a trial that learnt nothing (stayed at the ``initial`` loss) would measure."""
+    if metric == "perplexity":
+        return math.exp(min(initial - final, 700.0)) - 1.0
+    return initial / final - 1.0 if final > 0 else None
+
+
+def unjudged(baseline: Accuracy, gate: AccuracyGate) -> dict[str, str]:
+    """Metric -> why it cannot judge against this ``baseline``, in one line (empty: every metric can).
+
+    A metric cannot judge when no candidate could fail it: the baseline's greedy sample already repeats so much
+    that the allowed increase is above the largest possible rate (1.0), or the baseline's training loss fell so
+    little from its initial value over the accuracy window that a trial that learnt nothing at all would still be
+    within the tolerance.  Both come from a burst too short for the model to get past its first plateau; more
+    samples before the measurement (plan field ``accuracy.samples``) is what makes them judge.
+    """
+    more = f"raise accuracy.samples (now {baseline.samples_seen} samples seen) so that the baseline trains further"
+    out: dict[str, str] = {}
+    rep_tol = gate.tolerances.get("repetition_rate", DEFAULT_REPETITION_TOLERANCE)
+    rep = baseline.repetition_rate
+    if rep is not None and rep + rep_tol >= 1.0:
+        out["repetition_rate"] = (
+            f"repetition_rate cannot judge at this burst length: the baseline's greedy sample already repeats "
+            f"{rep:.2f} of its 3-grams, so no trial can exceed it by the tolerance +{rep_tol:.2f}; {more}")
+    curve = baseline.loss_curve
+    final = baseline.train_loss if baseline.train_loss is not None else (curve[-1][1] if curve else None)
+    if len(curve) < 2 or final is None or not (math.isfinite(final) and math.isfinite(curve[0][1])):
+        return out
+    initial = curve[0][1]
+    for metric, tol in {gate.metric: gate.rel_tolerance, **gate.tolerances}.items():
+        worse = _no_learning_change(metric, initial, final) if metric != "repetition_rate" else None
+        if worse is not None and worse <= tol:
+            out[metric] = (
+                f"{metric} cannot judge at this burst length: the baseline's training loss went from {initial:.4g} to "
+                f"{final:.4g} ({final / initial - 1:+.1%}) over {baseline.samples_seen} samples, so a trial that "
+                f"learnt nothing would still be within the {tol:.1%} tolerance; {more}")
+    return out
 
 
 def check(baseline: Accuracy, candidate: Optional[Accuracy], gate: AccuracyGate) -> GateResult:
@@ -72,4 +114,4 @@ def check(baseline: Accuracy, candidate: Optional[Accuracy], gate: AccuracyGate)
             and candidate.max_grad_norm > gate.grad_norm_factor * baseline.max_grad_norm):
         return GateResult(False, f"gradient norm blew up: max {candidate.max_grad_norm:.3g} vs baseline "
                                  f"{baseline.max_grad_norm:.3g} (limit x{gate.grad_norm_factor:g})", changes)
-    return GateResult(True, "", changes)
+    return GateResult(True, "", changes, unjudged(baseline, gate))

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from perftune import knobs
 from perftune.errors import UserError
 from perftune.io.plan import Plan
+from perftune.engine.script_plan import check_script_workload
 from perftune.workloads import check_reference
 
 
@@ -169,7 +170,8 @@ def _normalize_knobs(data: dict) -> dict:
     return data
 
 
-def parse_plan(data: Any, source: str = "plan") -> Plan:
+def parse_plan(data: Any, source: str = "plan", base_dir: Path | None = None) -> Plan:
+    """``base_dir``: the plan file's folder, against which a script workload's path is resolved (default: cwd)."""
     if not isinstance(data, dict):
         raise PlanError([f"(top level): expected a mapping of fields, got {type(data).__name__}"], source)
     data = _normalize_knobs(data)
@@ -179,6 +181,9 @@ def parse_plan(data: Any, source: str = "plan") -> Plan:
         why = check_reference(data["workload"])
         if why:
             problems.append(f"workload: {why}")
+    elif isinstance(data.get("workload"), dict):
+        data, script_problems = check_script_workload(data, base_dir or Path.cwd())
+        problems += script_problems
     try:
         plan = Plan.model_validate(data)
     except ValidationError as err:
@@ -206,7 +211,7 @@ def load_plan(path: str | Path) -> Plan:
         raise UserError(f"{path}: not valid YAML{where}: {problem}") from None
     if data is None:
         raise UserError(f"{path}: the plan is empty; it needs at least 'name' and 'workload'")
-    return parse_plan(data, str(path))
+    return parse_plan(data, str(path), path.resolve().parent)
 
 
 def parse_set_options(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:

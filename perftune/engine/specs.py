@@ -9,12 +9,15 @@ from typing import Any, Optional
 
 from perftune import knobs
 from perftune.engine.plan import accuracy_samples, lr_scale as plan_lr_scale
-from perftune.io.plan import Plan
+from perftune.io.plan import Plan, ScriptWorkload
 from perftune.io.records import TrialSpec
 
 #: part of every trial id.  Bumped when what a trial measures changes (so older trials are not reused), not when
 #: the trial.json format does: the schema upgrades in ``perftune.io.schema`` keep older files reusable.
 TRIAL_ID_VERSION = 1
+#: knobs added to the registry after trial ids were fixed: hashed only away from their default, so the ids (and
+#: resumes) of earlier sweeps stay as they were
+LATER_KNOBS = ("dataset_autotune",)
 
 
 def trial_id(fields: dict[str, Any]) -> str:
@@ -26,8 +29,10 @@ def make_spec(plan: Plan, knob_values: dict[str, Any], label: str, replicate: in
               cache_dir: Optional[Path] = None) -> TrialSpec:
     """The spec of one trial of ``plan``: its knob values overlay the plan's baseline."""
     effective = knobs.effective({**plan.baseline, **knob_values})
+    script = plan.workload if isinstance(plan.workload, ScriptWorkload) else None
+    script_knobs = sorted(set(plan.baseline) | set(plan.variables) | set(knob_values)) if script is not None else []
     fields = {
-        "workload": plan.workload,
+        "workload": str(plan.workload),
         "workload_params": plan.workload_params,
         "device": plan.device,
         "seed": plan.seed,
@@ -39,10 +44,14 @@ def make_spec(plan: Plan, knob_values: dict[str, Any], label: str, replicate: in
     }
     lr_scale = plan_lr_scale(plan, effective["batch_size"])
     hashed = dict(fields)
+    hashed["knobs"] = {k: v for k, v in effective.items()
+                       if not (k in LATER_KNOBS and v == knobs.KNOBS[k].default)}
+    if script is not None:  # only then, so that the ids of the other workloads' trials stay as they were
+        hashed["script"] = {**script.model_dump(), "imposed": script_knobs}
     if lr_scale != 1.0:  # only then, so that trial ids (and resumes) of plans without the rule stay as they were
         hashed["lr_scale"] = lr_scale
     dist = plan.distributed
     if dist is not None and dist.nodes > 1:  # where the ranks run changes the measurement; node_rank/port do not
         hashed["nodes"] = dist.nodes
     return TrialSpec(trial_id=trial_id(hashed), label=label, lr_scale=lr_scale, cache_dir=str(cache_dir) if cache_dir else None,
-                     distributed=dist, **fields)
+                     distributed=dist, script=script, script_knobs=script_knobs, **fields)

@@ -30,7 +30,7 @@ from typing import Any, Callable, Hashable, Optional
 
 from perftune import knobs
 from perftune.engine import accuracy as accuracy_gate
-from perftune.engine import noop, verdicts
+from perftune.engine import lm, noop, verdicts
 from perftune.engine.progress import SilentProgress, SweepProgress
 from perftune.engine.race import Race
 from perftune.engine.sequential import Noise, Policy, ProcessRun, benjamini_hochberg, decide
@@ -196,6 +196,10 @@ class Sweep:
         trial.verdict, trial.reason = verdicts.verdict(
             comparison, noop.no_effect_reasons(trial.changes, trial.result), gate,
             min_gain=self.plan.decision.min_gain, discovered=discovered, family=family)
+        if gate is not None and gate.ok and gate.unjudged and trial.verdict not in FAILED:
+            # passed, but not because it was judged: say so
+            trial.reason += (f"; not judged at this burst length: {', '.join(gate.unjudged)} (the baseline cannot "
+                             "tell; raise accuracy.samples)")
         self.save()
 
     # -- the phases ---------------------------------------------------------------------------------------------
@@ -263,7 +267,7 @@ class Sweep:
                 continue
             trial.vs_baseline = comparisons[key]
             self.judge(trial, comparisons[key], discovered.get(key, False), family)
-            self.say(f"  {trial.label}: {trial.verdict}: {trial.reason}")
+            self.say(f"  {trial.label}: {trial.verdict}: {trial.reason}{lm.verdict_suffix(trial.result)}")
         self.stack([self.first(k) for k in keys])
         self.leave_one_out()
 
@@ -277,7 +281,7 @@ class Sweep:
 
     def _done(self, trial: SweepTrial) -> None:
         r = trial.result
-        what = f"{r.samples_per_s:.1f} samples/s" if r.status == "ok" and r.samples_per_s else \
+        what = lm.progress_text(r) if r.status == "ok" and r.samples_per_s else \
             f"{trial.verdict}: {trial.reason}"
         run = f" (run {trial.replicate + 1})" if trial.replicate else ""
         extra = (f" ({trial.excluded})" if trial.excluded else "") + (" (reused)" if trial.reused else "")
@@ -329,7 +333,7 @@ class Sweep:
                 trial.reason = reason
             self.result.stack.append(StackStep(label=label_of(changes), change=dict(single.changes),
                                                trial_id=trial.trial_id, kept=kept, reason=reason))
-            self.say(f"  stack {label_of(changes)}: {'kept' if kept else reason}")
+            self.say(f"  stack {label_of(changes)}: {'kept' if kept else reason}{lm.verdict_suffix(trial.result)}")
             if kept:
                 current_changes, current = changes, key
             self.save()
@@ -363,7 +367,7 @@ class Sweep:
                 c = trial.vs_previous
                 trial.reason = (f"removing {label_of(s.change or {})} from the final stack: final is "
                                 f"x{c.ratio:.2f} [{c.ci_low:.2f}, {c.ci_high:.2f}] of this" if c else "")
-            self.say(f"  {trial.label}: {trial.reason or trial.verdict}")
+            self.say(f"  {trial.label}: {trial.reason or trial.verdict}{lm.verdict_suffix(trial.result)}")
             self.save()
 
 

@@ -5,7 +5,8 @@ one-line messages are ``perftune.engine.plan``'s job; these models only hold the
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -79,9 +80,24 @@ class DistributedSettings(PlanRecord):
     master_port: Optional[int] = Field(None, ge=1024, le=65535)
 
 
+class ScriptWorkload(PlanRecord):
+    """``workload: {script: train.py, ...}``: the user's own training script, run unchanged in the burst process as
+    ``python train.py ARGS`` would run it (see ``perftune.burst.script``).  ``script`` is made absolute (relative to
+    the plan file) when the plan is loaded; the script runs with its own folder as working directory."""
+
+    script: str = Field(min_length=1)
+    #: the script's own arguments, passed on unchanged
+    args: list[str] = Field(default_factory=list)
+    #: knob -> the script's option that takes it (``{batch_size: "--batch-size"}``): ``--batch-size 64`` is appended
+    knob_args: dict[str, str] = Field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"script:{Path(self.script).name}"
+
+
 class Plan(PlanRecord):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=80)
-    workload: str
+    workload: Union[str, ScriptWorkload]
     workload_params: dict[str, Any] = Field(default_factory=dict)
     device: Literal["CPU", "GPU", "Ascend"] = "CPU"
     seed: int = 0

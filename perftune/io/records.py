@@ -13,7 +13,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from perftune.io.plan import BurstSettings, DistributedSettings
+from perftune.io.plan import BurstSettings, DistributedSettings, ScriptWorkload
 
 #: Bumped whenever a field changes meaning or disappears; ``perftune.io.schema`` upgrades older files step by step
 #: and refuses newer ones.  Version 2: ``notes`` are ``Note`` records instead of strings.
@@ -273,6 +273,10 @@ class TrialSpec(Record):
     distributed: Optional[DistributedSettings] = None
     #: factor on the workload's learning rate (plan ``accuracy.lr_scaling`` with a batch-size change)
     lr_scale: float = 1.0
+    #: a script workload (``workload`` is then ``script:<file name>``): run by ``perftune.burst.script``
+    script: Optional[ScriptWorkload] = None
+    #: the knobs the plan names (baseline or variables): imposed on the script; the others stay as it sets them
+    script_knobs: list[str] = Field(default_factory=list)
 
 
 def failed_result(spec: TrialSpec, status: TrialStatus, reason: Optional[str], **fields: Any) -> TrialResult:

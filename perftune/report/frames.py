@@ -40,13 +40,15 @@ def load_results(path: str | Path) -> Results:
             "speedup_ci_high": c.ci_high if c else None,
             "val_loss": acc.val_loss if acc else None, "train_loss": acc.train_loss if acc else None,
             "perplexity": acc.perplexity if acc else None,
+            "repetition_rate": acc.repetition_rate if acc else None,
             "allocator_peak_bytes": r.memory.allocator_peak_bytes, "host_rss_peak_bytes": r.memory.host_rss_peak_bytes,
         })
         splits = r.profile.splits if r.profile else None
         if splits is not None:
             split_rows.append({"trial_id": t.trial_id, "label": t.label,
                                **{f"{p}_ms": getattr(splits, f"{p}_ms") for p in PHASES},
-                               "step_ms": splits.step_ms, "explained_share": splits.explained_share})
+                               "step_ms": splits.step_ms, "explained_share": splits.explained_share,
+                               "recompute_ms": splits.recompute_ms})
         for i, w in enumerate(r.windows):
             window_rows.append({"trial_id": t.trial_id, "label": t.label, "window": i, "samples_per_s": w.samples_per_s,
                                 "median_step_ms": w.median_step_ms})

@@ -20,12 +20,13 @@ from perftune import __version__ as perftune_version
 from perftune.knobs import label_of
 from perftune.io.records import PHASES
 from perftune.io.sweep_records import FAILED_VERDICTS, SweepTrial
-from perftune.report import figures
+from perftune.report import figures, language
+from perftune.report.extra import extra_context
 from perftune.report.format import is_missing, num
 from perftune.report.load import SweepFolder
 from perftune.report.notes import bottleneck_note
 from perftune.report.summary import comparison_lines, noise_line
-from perftune.report.tables import ablation_table, loo_table, singles_table
+from perftune.report.tables import ablation_table, loo_table, optional_columns, singles_table
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 REJECTED = ("slower", "not significant", "accuracy rejected", "no effect", "dropped", "equivalent", "undecided")
@@ -77,11 +78,20 @@ def display_label(trial: SweepTrial) -> str:
 
 
 # -- tables ----------------------------------------------------------------------------------------------------------
+#: where the Markdown tables' optional columns go in the HTML ones (which have no splits column)
+HTML_ANCHORS = {"samples/s": "samples_per_s", "data / fwd / bwd / opt / comm / other ms": "step_ms",
+                "change": "change"}
+
+
 def table(df: pd.DataFrame, metric: str) -> dict:
     """A ``perftune.report.tables`` DataFrame as header + formatted rows (empty columns are left out)."""
     columns = [("configuration", "configuration"), ("verdict", "verdict"), ("samples/s", "samples_per_s"),
                ("speed-up [95% CI]", "speedup"), ("step (ms)", "step_ms"), (metric, metric),
                (f"{metric} change", "change"), ("verdict reason", "reason")]
+    extras = optional_columns(df, metric)  # tokens/s, recompute, perplexity, repetition: where there are values
+    for header, key, _, after in reversed(extras):  # inserted right after the anchor: reversed keeps their order
+        anchor = next(i for i, (_, k) in enumerate(columns) if k == HTML_ANCHORS[after])
+        columns.insert(anchor + 1, (header, key))
     rows = []
     for _, r in df.iterrows():
         verdict = str(r.get("verdict") or "")
@@ -92,6 +102,7 @@ def table(df: pd.DataFrame, metric: str) -> dict:
             "step_ms": num(r.get("step_ms"), ".2f"), metric: num(r.get(metric), ".4f"),
             "change": num(r.get(f"{metric}_change"), "+.1%"), "reason": str(r.get("reason") or ""),
             "trial_id": str(r.get("trial_id") or ""),
+            **{key: num(r.get(key), fmt) for _, key, fmt, _ in extras},
         })
     keep = [(h, k) for h, k in columns if k in ("configuration", "verdict", "reason") or any(row[k] for row in rows)]
     return {"columns": keep, "rows": rows}
@@ -297,9 +308,12 @@ def build_context(folder: SweepFolder) -> dict:
         "summary": _summary(folder, metric),
         "ablation": table(ablation, metric), "singles": table(singles, metric), "loo": table(loo, metric),
         "figures": figs,
+        "extra": extra_context(folder),
         "trials": trials,
         "any_splits": any(t["splits_text"] for t in trials),
         "top_ops": [x for x in (_top_ops(base), _top_ops(best) if best is not base else None) if x],
+        "samples": language.samples(res),
+        "cannot_judge": language.gate_cannot_judge(res),
         "failed": _failed(folder),
         "reproduce": _reproduce(folder),
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),

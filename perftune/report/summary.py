@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from perftune.engine import lm
 from perftune.io.files import RESULTS_NAME
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult
 from perftune.report.format import mb
+from perftune.report.language import gate_cannot_judge
 from perftune.report.format import num as format_num
 
 
@@ -28,8 +30,9 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
         return "\n".join(lines)
     acc = r.accuracy
     lines = [
-        f"trial {r.trial_id}: ok ({r.workload} on {r.device}, {r.parameter_count:,} parameters)",
-        f"  throughput   {r.samples_per_s:.1f} samples/s" + (f", {r.tokens_per_s:.0f} tokens/s" if r.tokens_per_s else ""),
+        f"trial {r.trial_id}: ok ({r.workload} on {r.device}, {_num(r.parameter_count, ',')} parameters)",
+        f"  throughput   {lm.throughput_text(r)}"
+        + (f", model {lm.model_gflop_per_s(r):.2f} GFLOP/s" if lm.model_gflop_per_s(r) else ""),
         f"  step time    median {r.step_ms_median:.2f} ms (p10 {r.step_ms_p10:.2f}, p90 {r.step_ms_p90:.2f}), "
         f"waiting for data {r.data_wait_ms_median:.2f} ms",
         f"  compile      {_num(r.compile_ms, '.0f')} ms (first step)",
@@ -43,6 +46,8 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
                      f"perplexity {_num(acc.perplexity, '.2f')}, train loss {_num(acc.train_loss, '.4f')}"
                      + (f", repetition {acc.repetition_rate:.2f}" if acc.repetition_rate is not None else "")
                      + (" NON-FINITE" if acc.nonfinite else ""))
+        if acc.sample_text is not None:
+            lines.append(f"  sample       {acc.sample_text!r} (greedy, after the accuracy window)")
     p = r.profile
     if p and p.splits:
         s = p.splits
@@ -105,7 +110,21 @@ def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) 
                      f"(95% CI {b.ci_low:.2f}-{b.ci_high:.2f})")
     elif result.best_label:
         lines.append(f"best: {result.best_label}")
+    lines += _language_lines(result)
+    lines += [f"accuracy gate: {line}" for line in gate_cannot_judge(result)]
     lines.append(f"tables: {out_dir / 'ablation.md'}, {out_dir / 'ablation.csv'}; results: {out_dir / RESULTS_NAME}")
     if report_path:
         lines.append(f"report: {report_path}")
     return "\n".join(lines)
+
+
+def _language_lines(result: SweepResult) -> list[str]:
+    """For a language model: tokens/s and perplexity of the baseline and of the best configuration."""
+    base = next((t for t in result.trials if t.kind == "baseline" and t.result.status == "ok"), None)
+    if base is None or not lm.is_language_model(base.result):
+        return []
+    lines = [f"baseline: {lm.progress_text(base.result)}"]
+    best = next((t for t in result.trials if t.trial_id == result.best_trial_id), None)
+    if best is not None and best.trial_id != base.trial_id and best.result.status == "ok":
+        lines.append(f"{result.best_label}: {lm.progress_text(best.result)}")
+    return lines

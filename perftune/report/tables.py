@@ -10,6 +10,7 @@ from typing import Optional
 
 import pandas as pd
 
+from perftune.engine import lm
 from perftune.io.records import PHASES
 from perftune.io.store import write_text_atomic
 from perftune.io.sweep_records import SweepResult, SweepTrial
@@ -26,6 +27,8 @@ def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
     row.update({
         "verdict": trial.verdict,
         "samples_per_s": r.samples_per_s,
+        "tokens_per_s": r.tokens_per_s,
+        "model_gflop_per_s": lm.model_gflop_per_s(r),
         "speedup": cmp_.ratio if cmp_ else (1.0 if trial.kind == "baseline" else None),
         "speedup_ci_low": cmp_.ci_low if cmp_ else None,
         "speedup_ci_high": cmp_.ci_high if cmp_ else None,
@@ -34,12 +37,16 @@ def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
     splits = r.profile.splits if r.profile and r.profile.splits else None
     for phase in PHASES:
         row[f"{phase}_ms"] = getattr(splits, f"{phase}_ms") if splits else None
+    row["recompute_ms"] = splits.recompute_ms if splits else None  # a part of backward_ms
     mem = r.memory
     row["peak_mem_mb"] = (mem.allocator_peak_bytes or mem.device_peak_bytes or 0) / 2**20 or None
     row["host_rss_mb"] = (mem.host_rss_peak_bytes or 0) / 2**20 or None
     acc = r.accuracy
     row[metric] = getattr(acc, metric) if acc else None
     row[f"{metric}_change"] = trial.accuracy_changes.get(metric) if trial.kind != "baseline" else 0.0
+    if metric != "perplexity":  # as the gate's metric it is there already, language model or not
+        row["perplexity"] = lm.perplexity(r)
+    row["repetition_rate"] = lm.repetition(r)
     row["reason"] = trial.reason
     row["trial_id"] = trial.trial_id
     return row
@@ -88,11 +95,36 @@ def _fmt_speedup(row) -> str:
     return f"{row['speedup']:.2f}x [{row['speedup_ci_low']:.2f}, {row['speedup_ci_high']:.2f}]"
 
 
+#: columns shown only where some row has a value: (header, row key, format, the header they follow).  Language
+#: models get tokens/s, perplexity and repetition; a profile that placed recomputed ops gets its part of backward.
+OPTIONAL_COLUMNS = [
+    ("tokens/s", "tokens_per_s", ".0f", "samples/s"),
+    ("recompute ms (of bwd)", "recompute_ms", ".2f", "data / fwd / bwd / opt / comm / other ms"),
+    ("perplexity", "perplexity", ".2f", "change"),
+    ("repetition", "repetition_rate", ".2f", "change"),
+]
+
+
+def optional_columns(df: pd.DataFrame, metric: str) -> list[tuple[str, str, str, str]]:
+    """The ``OPTIONAL_COLUMNS`` that ``df`` fills (the gate's own metric is a column already)."""
+    return [c for c in OPTIONAL_COLUMNS if c[1] != metric and c[1] in df and df[c[1]].notna().any()]
+
+
+def _with_optional(values: list[str], head: list[str], extras: list, cell) -> list[str]:
+    """``values`` (one per ``head`` column) with ``cell(column)`` inserted after each extra column's anchor."""
+    out = list(values)
+    for column in sorted(reversed(extras), key=lambda c: -head.index(c[3])):
+        out.insert(head.index(column[3]) + 1, cell(column))
+    return out
+
+
 def to_markdown(df: pd.DataFrame, metric: str) -> str:
     if df.empty:
         return "_(none)_\n"
-    head = ["configuration", "verdict", "samples/s", "speedup [95% CI]", "step ms", "data / fwd / bwd / opt / comm / "
-            "other ms", "peak mem MB", metric, "change", "reason"]
+    base_head = ["configuration", "verdict", "samples/s", "speedup [95% CI]", "step ms", "data / fwd / bwd / opt / "
+                 "comm / other ms", "peak mem MB", metric, "change", "reason"]
+    extras = optional_columns(df, metric)
+    head = _with_optional(base_head, base_head, extras, lambda c: c[0])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for _, row in df.iterrows():
         splits = " / ".join(num(row.get(f"{p}_ms"), ".2f") or "-" for p in PHASES) \
@@ -104,6 +136,7 @@ def to_markdown(df: pd.DataFrame, metric: str) -> str:
             num(row.get(metric), ".4f"), num(change, "+.1%"),
             str(row.get("reason", "") or "").replace("|", "\\|"),
         ]
+        cells = _with_optional(cells, base_head, extras, lambda c: num(row.get(c[1]), c[2]))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

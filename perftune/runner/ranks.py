@@ -111,10 +111,14 @@ def aggregate(spec: TrialSpec, local: dict[int, TrialResult], workers: int, node
 
 
 def mean_splits(splits: list[Splits]) -> Splits:
-    """The element-wise mean of the ranks' splits: each rank's add up to its step, so the mean's add up too."""
+    """The element-wise mean of the ranks' splits: each rank's add up to its step, so the mean's add up too
+    (``recompute_ms``, a part of backward, too, where every rank has it)."""
     fields = ("step_ms", "data_ms", "forward_ms", "backward_ms", "optimizer_ms", "communication_ms", "other_ms",
               "explained_share")
     mean = {f: float(np.mean([getattr(s, f) for s in splits])) for f in fields}
+    # recompute is a part of backward: averaged only where every rank could place it (else unknown, not zero)
+    recompute = [s.recompute_ms for s in splits]
+    mean["recompute_ms"] = float(np.mean(recompute)) if all(r is not None for r in recompute) else None
     source = f"mean over {len(splits)} ranks of each rank's splits (per rank: ranks[].splits); rank 0: " \
              f"{splits[0].step_source}"
     return Splits(**mean, step_source=source)

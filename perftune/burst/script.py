@@ -1,0 +1,128 @@
+"""The burst of a script workload: the user's training script, unchanged, run in the burst process as
+``python train.py ARGS`` would run it, measured from inside by ``perftune.Callback`` (``Model.train``) or
+``perftune.steps`` (a custom loop).
+
+The script runs with ``__name__ == "__main__"``, ``sys.argv = [script, *args, *knob options]``, its own folder as
+working directory and first on ``sys.path``.  Before it starts, the context and dataset knobs the plan names are
+applied (and kept against the script's own ``set_context``, see ``script_hooks``).  Once the burst has its steps the
+script is ended (``BurstDone``), so a script written for 100 epochs runs a burst and writes no checkpoints after it.
+A script that raises, exits non-zero or never trains gives a recorded trial with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import runpy
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Optional
+
+from perftune import knobs as knob_registry
+from perftune.burst.callback import Callback, activate
+from perftune.burst.context import environment, first_eager_op
+from perftune.burst.failures import KnobRefused, classify_failure
+from perftune.burst.meter import BurstDone, Meter
+from perftune.burst.script_hooks import ScriptHooks, apply_dataset_config, apply_script_context
+from perftune.engine.script_plan import script_argv
+from perftune.io.records import Note, TrialResult, TrialSpec, failed_result
+
+
+class ScriptBurst:
+    """Same face as ``phases.Burst`` for ``main``: ``run()``, ``result``, ``memory()``."""
+
+    def __init__(self, spec: TrialSpec, out_dir: Path):
+        self.spec = spec
+        self.dir = Path(out_dir).resolve()  # the script changes the working directory
+        self.result = failed_result(spec, "failed", None)
+        self.imposed = set(spec.script_knobs)
+
+    def memory(self) -> None:
+        self.result.memory.host_rss_peak_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def run(self) -> TrialResult:
+        import mindspore as ms
+        import mindspore.dataset as ds
+        import numpy as np
+
+        started = time.perf_counter()
+        spec, script = self.spec, self.spec.script
+        self.result.notes += knob_registry.no_effect_notes({n: spec.knobs[n] for n in sorted(self.imposed)},
+                                                           spec.device)
+        apply_script_context(spec, self.imposed)
+        apply_dataset_config(spec.knobs, self.imposed)
+        first_eager_op()
+        ms.set_seed(spec.seed)
+        np.random.seed(spec.seed)
+        ds.config.set_seed(spec.seed)
+        meter = Meter(spec, self.dir, self.result)
+        hooks = ScriptHooks(spec, self.imposed, meter, lambda: Callback(meter=meter, stop=True))
+        meter.loop_refusal = hooks.custom_loop_refusal()
+        argv = script_argv(script.script, script.args, script.knob_args, spec.knobs)
+        self.result.applied["argv"] = argv[1:]
+        failure = self.run_script(Path(script.script), argv, meter, hooks)
+        self.result.applied.update(hooks.read_back())
+        self.result.notes += hooks.notes
+        self.result.environment = environment(spec.device, spec.knobs["kernel_threads"] or None)
+        self.memory()
+        if meter.done:
+            self.result.status = "ok"
+            self.result.reason = None
+        else:
+            self.result.status, self.result.reason = failure or self.incomplete(meter, hooks)
+            self.result.steps = meter.records
+        left = sorted(n for n in ("mode", "num_parallel_workers") if n not in self.imposed)
+        if left:
+            self.result.notes.append(Note(kind="info", text=(
+                f"left to the script (the plan does not name them): {', '.join(left)}; `applied` shows what ran")))
+        self.result.wall_s = time.perf_counter() - started
+        return self.result
+
+    def run_script(self, path: Path, argv: list[str], meter: Meter, hooks: ScriptHooks
+                   ) -> Optional[tuple[str, str]]:
+        """Run the script to its end (or the burst's); (status, reason) when it failed, else None."""
+        saved = (list(sys.argv), os.getcwd(), list(sys.path))
+        sys.argv = argv
+        os.chdir(path.parent)
+        sys.path.insert(0, str(path.parent))
+        activate(meter)
+        hooks.install()
+        try:
+            runpy.run_path(str(path), run_name="__main__")
+        except BurstDone:
+            pass
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                what = f"code {exc.code}" if isinstance(exc.code, int) else repr(exc.code)
+                return "failed", f"the script exited with {what} after {meter.steps_seen} step(s)"
+        except KnobRefused as exc:  # a Model knob MindSpore refused, or one a custom loop cannot take
+            traceback.print_exc()
+            return "unsupported", str(exc)
+        except Exception as exc:  # noqa: BLE001 - the script's failure becomes the trial's reason
+            traceback.print_exc()
+            sys.stderr.flush()
+            if meter.done:  # measured already: the failure came after the burst (should not happen: BurstDone)
+                self.result.notes.append(Note(kind="warning", text=f"the script failed after the burst: {exc}"))
+                return None
+            status, reason = classify_failure(exc, self.spec)
+            return status, f"the script raised {reason} after {meter.steps_seen} step(s)"
+        finally:
+            hooks.remove()
+            activate(None)
+            sys.argv, path_cwd, sys.path[:] = saved[0], saved[1], saved[2]
+            os.chdir(path_cwd)
+            sys.stdout.flush()
+        return None
+
+    @staticmethod
+    def incomplete(meter: Meter, hooks: ScriptHooks) -> tuple[str, str]:
+        if meter.steps_seen == 0:
+            if hooks.trained:
+                return "failed", "the script called Model.train but no training step ran (an empty dataset?)"
+            return "failed", ("the script finished without training: it never called mindspore.train.Model.train "
+                              "(a custom loop needs `for batch in perftune.steps(iterator):`)")
+        return "failed", (f"the script's training ended after {meter.steps_seen} step(s), before the burst had "
+                          f"{meter.needed_steps()}: give the script more epochs or data in workload.args, or "
+                          "lower the plan's burst settings")

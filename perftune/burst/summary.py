@@ -1,0 +1,120 @@
+"""From step records to a trial's figures, shared by the two ways a burst is driven: perftune's own step loop
+(``phases.Burst``) and a user's script measured from inside (``meter.Meter`` behind ``perftune.Callback``)."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from perftune.burst import contention
+from perftune.burst.failures import one_line
+from perftune.io.plan import BurstSettings
+from perftune.io.records import Accuracy, Note, ProfileSummary, StepRecord, TrialResult, WindowStats
+
+LOSS_TAIL_STEPS = 5  # the training loss at N samples is the mean of this many last steps
+
+
+def finite_or_none(value: float) -> Optional[float]:
+    return value if math.isfinite(value) else None
+
+
+def training_accuracy(records: list[StepRecord], samples_seen: int, lr_scale: float,
+                      with_norms: bool = True) -> Accuracy:
+    """The accuracy window's training-loss figures (validation is the caller's).  ``with_norms``: the steps
+    measured their gradient norm (a missing one then means NaN/Inf); a script's steps do not."""
+    losses = [r.loss for r in records]
+    norms = [r.grad_norm for r in records]
+    nonfinite = any(v is None for v in losses) or (with_norms and any(v is None for v in norms))
+    tail = [v for v in losses[-LOSS_TAIL_STEPS:] if v is not None]
+    return Accuracy(
+        samples_seen=samples_seen,
+        updates=len(records),
+        lr_scale=lr_scale,
+        train_loss=float(np.mean(tail)) if tail and not nonfinite else None,
+        max_grad_norm=max((v for v in norms if v is not None), default=None),
+        final_grad_norm=norms[-1] if norms else None,
+        nonfinite=nonfinite,
+        loss_curve=[(r.samples_seen, r.loss) for r in records if r.loss is not None],
+    )
+
+
+def calibrated_window_steps(burst: BurstSettings, warm_ms: list[float]) -> tuple[int, Optional[Note]]:
+    """Steps per timed window: ``burst.steps``, or more where ``burst.min_window_s`` asks for longer windows.
+
+    As pyperf and timeit calibrate their loops: the step time is the median of the warm-up steps after the
+    first (which compiled), and the window gets enough steps to last ``min_window_s`` (at most 100x ``steps``).
+    """
+    warm = warm_ms[1:]
+    if not burst.min_window_s or not warm:
+        return burst.steps, None
+    per_step_ms = max(float(np.median(warm)), 1e-3)
+    steps = min(max(burst.steps, math.ceil(burst.min_window_s * 1e3 / per_step_ms)), 100 * burst.steps)
+    if steps == burst.steps:
+        return steps, None
+    return steps, Note(kind="info", text=(
+        f"timed windows calibrated to {steps} steps (warm-up step {per_step_ms:.1f} ms, "
+        f"burst.min_window_s={burst.min_window_s:g}; burst.steps={burst.steps} is the minimum)"))
+
+
+def window_stats(window: list[StepRecord], total_ms: float, samples: int,
+                 guard: contention.Contention) -> WindowStats:
+    """One timed window; ``samples``: all samples its steps took."""
+    return WindowStats(
+        steps=len(window), total_ms=total_ms, median_step_ms=float(np.median([r.step_ms for r in window])),
+        samples_per_s=samples / (total_ms / 1e3), others_cpu_share=guard.others_cpu_share,
+        steal_share=guard.steal_share, load_avg_1m=guard.load_avg_1m, contended=guard.contended,
+    )
+
+
+def summarize_timed(result: TrialResult, timed: list[StepRecord], tokens_per_sample: Optional[int]) -> None:
+    """Throughput and step-time figures of the timed windows (``result.windows`` already filled)."""
+    result.contended_windows = sum(w.contended for w in result.windows)
+    if result.contended_windows:
+        shares = [w.others_cpu_share for w in result.windows if w.contended]
+        result.notes.append(Note(kind="warning", text=(
+            f"contention: {result.contended_windows} of {len(result.windows)} timed windows ran while "
+            f"other processes used up to {max(shares):.0%} of the machine (flag above "
+            f"{contention.CONTENDED_SHARE:.0%}); their throughput is less trustworthy")))
+    times = np.array([r.step_ms for r in timed])
+    result.samples_per_s = float(np.median([w.samples_per_s for w in result.windows]))
+    if tokens_per_sample:
+        result.tokens_per_s = result.samples_per_s * tokens_per_sample
+    result.step_ms_median = float(np.median(times))
+    result.step_ms_p10 = float(np.percentile(times, 10))
+    result.step_ms_p90 = float(np.percentile(times, 90))
+    result.data_wait_ms_median = float(np.median([r.data_wait_ms for r in timed]))
+
+
+def analyse_profile(result: TrialResult, summary: ProfileSummary, records: list[StepRecord], out: Path,
+                    trial_dir: Path) -> None:
+    """Fill ``summary`` from the profile in ``out`` of the profiled ``records``.
+
+    The splits divide the *unprofiled* timed step (the one throughput comes from): op time per step from the
+    profiled steps, data waiting from the timed steps.  The profiled steps' own data wait is not representative:
+    the pipeline refills its queue while the profiler starts.
+    """
+    from perftune.profile.layouts import load_profile
+    from perftune.profile.splits import compute_splits, top_ops
+
+    summary.profiled_step_ms = float(np.mean([r.step_ms for r in records]))
+    if result.step_ms_median:
+        summary.overhead_ratio = summary.profiled_step_ms / result.step_ms_median
+    timed = [r for r in result.steps if r.phase == "timed"]
+    step_ms = float(np.mean([r.step_ms for r in timed]))
+    data_ms = float(np.mean([r.data_wait_ms for r in timed]))
+    try:
+        data = load_profile(out)
+        summary.layout = data.layout
+        summary.profile_dir = os.path.relpath(data.root, trial_dir)
+        if data.trace_file is not None:
+            summary.trace_file = os.path.relpath(data.trace_file, trial_dir)
+        summary.splits = compute_splits(data, len(records), step_ms, data_ms)
+        summary.top_ops = top_ops(data, 10)
+        summary.peak_allocated_bytes = data.peak_allocated_bytes
+        result.memory.allocator_peak_bytes = data.peak_allocated_bytes
+    except Exception as exc:
+        summary.error = one_line(exc)

@@ -1,0 +1,106 @@
+"""The plan rules of a script workload (``workload: {script: train.py, args: [...], knob_args: {...}}``).
+
+A knob reaches a user's script either from outside (its registry ``script_route``: the context, the dataset
+config, ``mindspore.train.Model``) or through one of the script's own options (``knob_args``).  A knob the plan
+sets or varies with neither route would be measured as "no change" while nothing changed: refuse it before anything
+runs, naming the knob and the way to give it a route.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from perftune import knobs
+from perftune.errors import UserError
+from perftune.io.plan import ScriptWorkload
+
+#: knobs a script burst cannot run at any value but the default (the burst of a script is one process)
+SCRIPT_UNSUPPORTED = ("workers",)
+
+
+def knobs_in_play(data: dict) -> list[tuple[str, str]]:
+    """(field path, knob) for every knob the plan sets in ``baseline`` or varies in ``variables``."""
+    out = []
+    for section in ("baseline", "variables"):
+        values = data.get(section)
+        if isinstance(values, dict):
+            out += [(f"{section}.{name}", name) for name in values if name in knobs.KNOBS]
+    return out
+
+
+def check_script_workload(data: dict, base_dir: Path) -> tuple[dict, list[str]]:
+    """The plan data with the script's path made absolute, and one line per problem."""
+    work = data["workload"]
+    problems: list[str] = []
+    script = work.get("script")
+    if isinstance(script, str) and script:
+        path = (base_dir / script).resolve()
+        if not path.is_file():
+            problems.append(f"workload.script: {script!r} is not a file (looked for {path}; a script's path is "
+                            "relative to the plan file)")
+        data = {**data, "workload": {**work, "script": str(path)}}
+    knob_args = work.get("knob_args") if isinstance(work.get("knob_args"), dict) else {}
+    for name, option in knob_args.items():
+        if name not in knobs.KNOBS:
+            problems.append(f"workload.knob_args.{name}: unknown knob {name!r} (allowed: "
+                            f"{', '.join(sorted(knobs.KNOBS))})")
+        elif not isinstance(option, str) or not option.strip():
+            problems.append(f"workload.knob_args.{name}: expected the script's option as a string, e.g. "
+                            f"'--{name.replace('_', '-')}' (got {option!r})")
+    problems += route_problems(knobs_in_play(data), knob_args)
+    problems += _check_metric(data)
+    data = _default_metric(data)
+    return data, problems
+
+
+def route_problems(in_play: list[tuple[str, str]], knob_args: dict) -> list[str]:
+    """One line per knob (named at ``path``) that has no way into the script."""
+    problems, seen = [], set()
+    for path, name in in_play:
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in SCRIPT_UNSUPPORTED:
+            problems.append(f"{path}: knob {name!r} is not supported for a script workload (a script burst is "
+                            "one process; run the script under msrun yourself and measure it with "
+                            "perftune.Callback)")
+        elif not knobs.KNOBS[name].script_route and name not in knob_args:
+            option = f"--{name.replace('_', '-')}"
+            problems.append(f"{path}: knob {name!r} has no route into the script: perftune cannot set it from "
+                            f"outside; name the script's option for it in workload.knob_args (e.g. {name}: "
+                            f"\"{option}\") or drop it from the plan")
+    return problems
+
+
+def check_set_routes(workload: ScriptWorkload, values: dict[str, Any]) -> None:
+    """``perftune run --set``: the same refusal as the plan's."""
+    problems = route_problems([(f"--set {name}", name) for name in values], workload.knob_args)
+    if problems:
+        raise UserError(problems[0] if len(problems) == 1 else "\n".join(problems))
+
+
+def _check_metric(data: dict) -> list[str]:
+    acc = data.get("accuracy")
+    if isinstance(acc, dict) and acc.get("metric") in ("val_loss", "perplexity"):
+        return [f"accuracy.metric: {acc['metric']!r} needs perftune's own validation pass, which a script workload "
+                "does not have; use train_loss (the script's own losses at equal samples)"]
+    return []
+
+
+def _default_metric(data: dict) -> dict:
+    """A script's accuracy is its training loss at equal samples: make that the gate's default metric."""
+    acc = data.get("accuracy")
+    if acc is None:
+        return {**data, "accuracy": {"metric": "train_loss"}}
+    if isinstance(acc, dict) and "metric" not in acc:
+        return {**data, "accuracy": {**acc, "metric": "train_loss"}}
+    return data
+
+
+def script_argv(script: str, args: list[str], knob_args: dict[str, str], knob_values: dict[str, Any]) -> list[str]:
+    """``sys.argv`` of the script's run: its path, its own arguments, then ``OPTION VALUE`` per mapped knob."""
+    argv = [script, *args]
+    for name, option in knob_args.items():
+        argv += [option, knobs.format_value(knob_values[name])]
+    return argv

@@ -1,0 +1,185 @@
+"""``perftune export``: a sweep's per-step records out of perftune, for TensorBoard and for notebooks.
+
+TensorBoard: one run (a sub-folder of OUT) per trial, named by the trial's label, so ``tensorboard --logdir OUT``
+draws the trials side by side.  The x axis (TensorBoard's "step") is **samples seen**, perftune's own yardstick:
+trials with different batch sizes line up at equal data, as the accuracy gate compares them.  Event files are
+written by ``tensorboardX`` (a maintained writer), never by hand.
+
+CSV: every step of every trial (accuracy, warm-up, timed and profiled phases), one row each, with the trial's
+label, verdict and knobs, for pandas.  The per-step rows live in ``trials/<id>/trial.json`` (``results.json``
+drops them); a trial without that file is listed as skipped, not an error.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+from perftune.errors import UserError
+from perftune.io.records import TrialResult
+from perftune.io.store import write_text_atomic
+from perftune.io.sweep_records import SweepTrial
+from perftune.report.load import SweepFolder, load_folder
+
+#: scalar tags written per trial (TensorBoard groups charts by the part before the slash)
+TAG_LOSS = "loss/train"
+TAG_LR = "optimizer/learning_rate"
+TAG_GRAD_NORM = "optimizer/grad_norm"
+TAG_STEP_MS = "time/step_ms"
+TAG_DATA_WAIT_MS = "time/data_wait_ms"
+TAG_COMPILE_MS = "time/compile_ms"
+TAG_STEP_THROUGHPUT = "throughput/samples_per_s"
+TAG_WINDOW_THROUGHPUT = "throughput/window_samples_per_s"
+#: the phase whose steps are perftune's speed measurement (unprofiled, after warm-up and compile)
+TIMED = "timed"
+
+
+@dataclass
+class ExportSummary:
+    """What an export wrote: run name -> trial id, and the trials left out with the reason."""
+
+    out: Path
+    runs: dict[str, str] = field(default_factory=dict)
+    rows: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+
+def run_name(trial: SweepTrial) -> str:
+    """The trial's label as a folder name: ``baseline``, ``mode=graph``, ``+mode=graph_+num_parallel_workers=2``;
+    repeated baseline runs get ``_run<N>``."""
+    label = trial.label + (f" run{trial.replicate + 1}" if trial.kind == "baseline" and trial.replicate else "")
+    return re.sub(r"[^A-Za-z0-9._=+,-]+", "_", label).strip("_.") or trial.trial_id
+
+
+def unique_run_names(trials: list[SweepTrial]) -> dict[str, str]:
+    """trial id -> run name; a name two trials share gets the trial id appended, so no run mixes two trials."""
+    names = {t.trial_id: run_name(t) for t in trials}
+    taken = list(names.values())
+    return {tid: (f"{n}_{tid}" if taken.count(n) > 1 else n) for tid, n in names.items()}
+
+
+def _trials_with_steps(folder: SweepFolder, summary: ExportSummary) -> list[tuple[SweepTrial, TrialResult]]:
+    out = []
+    for t in folder.trials:
+        full = folder.full(t.trial_id)
+        if full is None:
+            summary.skipped.append(f"{t.label} ({t.trial_id}): no readable trials/{t.trial_id}/trial.json")
+        elif not full.steps:
+            summary.skipped.append(f"{t.label} ({t.trial_id}): no steps recorded (status {full.status})")
+        else:
+            out.append((t, full))
+    return out
+
+
+def _load(results_dir: Path) -> SweepFolder:
+    from perftune.io.files import RESULTS_NAME
+
+    if not (Path(results_dir) / RESULTS_NAME).is_file():
+        what = "no such folder" if not Path(results_dir).exists() else "no results.json in it (not a sweep folder)"
+        raise UserError(f"{results_dir}: {what}")
+    return load_folder(Path(results_dir))
+
+
+def _start_time(result: TrialResult) -> float:
+    """The trial's start (its environment's UTC time) as a Unix time, or 0 when unknown."""
+    stamp = result.environment.utc_time if result.environment else None
+    try:
+        return datetime.fromisoformat(stamp).timestamp() if stamp else 0.0
+    except ValueError:
+        return 0.0
+
+
+def write_trial_events(writer, trial: SweepTrial, result: TrialResult) -> None:
+    """One trial's scalars.  Step = samples seen; wall time = the trial's start plus the summed step times (the
+    gaps between phases, validation and profiling, are left out)."""
+    clock = _start_time(result)
+    per_step = result.samples_per_step or int(result.knobs.get("batch_size") or 0)
+    first = result.steps[0]
+    if result.compile_ms is not None:
+        writer.add_scalar(TAG_COMPILE_MS, result.compile_ms, first.samples_seen, walltime=clock)
+    window_end: dict[int, int] = {}
+    for s in result.steps:
+        clock += s.step_ms / 1e3
+        x = s.samples_seen
+        for tag, value in ((TAG_LOSS, s.loss), (TAG_LR, s.learning_rate), (TAG_GRAD_NORM, s.grad_norm)):
+            if value is not None:
+                writer.add_scalar(tag, value, x, walltime=clock)
+        if s.phase == TIMED:
+            writer.add_scalar(TAG_STEP_MS, s.step_ms, x, walltime=clock)
+            writer.add_scalar(TAG_DATA_WAIT_MS, s.data_wait_ms, x, walltime=clock)
+            if per_step and s.step_ms > 0:
+                writer.add_scalar(TAG_STEP_THROUGHPUT, per_step / (s.step_ms / 1e3), x, walltime=clock)
+            if s.window is not None:
+                window_end[s.window] = x
+    for i, w in enumerate(result.windows):
+        if i in window_end:
+            writer.add_scalar(TAG_WINDOW_THROUGHPUT, w.samples_per_s, window_end[i])
+    knobs = ", ".join(f"{k}={v}" for k, v in sorted(result.knobs.items()))
+    writer.add_text("trial", f"**{trial.label}** ({trial.trial_id}): verdict {trial.verdict}"
+                             f"{': ' + trial.reason if trial.reason else ''}\n\nknobs: {knobs}", 0)
+
+
+def export_tensorboard(results_dir: Path, out: Path) -> ExportSummary:
+    """Write one TensorBoard run per trial of the sweep in ``results_dir`` under ``out``.
+
+    A run folder that already exists is replaced, so exporting twice gives the same files, not doubled curves."""
+    try:
+        from tensorboardX import SummaryWriter
+    except ImportError:
+        raise UserError("--tensorboard needs the tensorboardX package (pip install tensorboardX)") from None
+    folder = _load(results_dir)
+    out = Path(out)
+    summary = ExportSummary(out=out)
+    trials = _trials_with_steps(folder, summary)
+    names = unique_run_names([t for t, _ in trials])
+    for trial, result in trials:
+        run_dir = out / names[trial.trial_id]
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        try:
+            writer = SummaryWriter(logdir=str(run_dir), flush_secs=3600)
+        except OSError as exc:
+            raise UserError(f"{run_dir}: cannot be written ({exc.strerror or exc})") from None
+        try:
+            write_trial_events(writer, trial, result)
+        finally:
+            writer.close()
+        summary.runs[names[trial.trial_id]] = trial.trial_id
+    return summary
+
+
+def step_frame(folder: SweepFolder, summary: Optional[ExportSummary] = None) -> pd.DataFrame:
+    """Every recorded step of every trial as one DataFrame (one row per step, in sweep order)."""
+    summary = summary if summary is not None else ExportSummary(out=Path("."))
+    rows = []
+    for trial, result in _trials_with_steps(folder, summary):
+        per_step = result.samples_per_step or int(result.knobs.get("batch_size") or 0)
+        knobs = {f"knob.{k}": v for k, v in result.knobs.items()}
+        for i, s in enumerate(result.steps):
+            rows.append({
+                "trial_id": trial.trial_id, "label": trial.label, "kind": trial.kind, "replicate": trial.replicate,
+                "verdict": trial.verdict, "step": i, "phase": s.phase, "window": s.window,
+                "samples_seen": s.samples_seen, "step_ms": s.step_ms, "data_wait_ms": s.data_wait_ms,
+                "samples_per_s": per_step / (s.step_ms / 1e3) if per_step and s.step_ms > 0 else None,
+                "loss": s.loss, "learning_rate": s.learning_rate, "grad_norm": s.grad_norm, **knobs,
+            })
+    return pd.DataFrame(rows)
+
+
+def export_csv(results_dir: Path, path: Path) -> ExportSummary:
+    """Write ``step_frame`` of the sweep in ``results_dir`` to ``path`` as CSV."""
+    folder = _load(results_dir)
+    summary = ExportSummary(out=Path(path))
+    frame = step_frame(folder, summary)
+    try:
+        write_text_atomic(Path(path), frame.to_csv(index=False))
+    except OSError as exc:
+        raise UserError(f"{path}: cannot be written ({exc.strerror or exc})") from None
+    summary.rows = len(frame)
+    return summary

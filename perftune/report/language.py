@@ -1,0 +1,58 @@
+"""The report's language-model and accuracy-gate blocks: the greedy samples of the baseline and of the final stack
+side by side, and the metrics the gate could not judge at this burst length.
+
+A reader of an LM sweep wants to see what the model writes, not only a repetition number, and to be told when the
+accuracy gate passed a trial only because the baseline itself was degenerate (``engine.accuracy.unjudged``).  The
+texts are data: the template escapes them like every other string from the results.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from perftune.engine import lm
+from perftune.engine.accuracy import unjudged
+from perftune.io.sweep_records import SweepResult, SweepTrial
+from perftune.report.format import num
+
+
+def _first_ok_baseline(result: SweepResult) -> Optional[SweepTrial]:
+    return next((t for t in result.trials if t.kind == "baseline" and t.result.status == "ok"), None)
+
+
+def _sample(trial: SweepTrial, label: str) -> dict:
+    r = trial.result
+    acc = r.accuracy
+    facts = [f"{num(r.tokens_per_s, '.0f')} tokens/s" if r.tokens_per_s else "",
+             f"perplexity {num(acc.perplexity, '.2f')}" if acc and acc.perplexity is not None else "",
+             f"repetition {num(acc.repetition_rate, '.2f')}" if acc and acc.repetition_rate is not None else "",
+             f"after {acc.samples_seen} samples" if acc else ""]
+    text = acc.sample_text if acc else None
+    # a model stuck on one byte writes only spaces or newlines: an empty-looking box would hide that
+    blank = f"({len(text)} whitespace characters and nothing else)" if text is not None and not text.strip() else ""
+    return {"label": label, "trial_id": trial.trial_id, "facts": ", ".join(f for f in facts if f), "text": text,
+            "blank": blank}
+
+
+def samples(result: SweepResult) -> dict:
+    """The baseline's and the final stack's greedy samples; ``shown`` is false where there is none to show."""
+    base = _first_ok_baseline(result)
+    if base is None or not lm.is_language_model(base.result) or not (base.result.accuracy and
+                                                                    base.result.accuracy.sample_text is not None):
+        return {"shown": False, "columns": [], "note": ""}
+    best = next((t for t in result.trials if t.trial_id == result.best_trial_id), None)
+    columns = [_sample(base, "baseline")]
+    note = ""
+    if best is None or best.trial_id == base.trial_id:
+        note = "No change was kept: the final stack is the baseline."
+    elif best.result.status == "ok":
+        columns.append(_sample(best, f"final stack: {result.best_label}"))
+    return {"shown": True, "columns": columns, "note": note}
+
+
+def gate_cannot_judge(result: SweepResult) -> list[str]:
+    """Why the gate's metrics cannot judge against this sweep's baseline (empty when they all can)."""
+    base = _first_ok_baseline(result)
+    if base is None or base.result.accuracy is None:
+        return []
+    return list(unjudged(base.result.accuracy, result.plan.accuracy).values())

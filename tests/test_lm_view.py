@@ -1,0 +1,232 @@
+"""The language-model view (issue 18 items 2, 4, 5): tokens/s, perplexity, repetition and the greedy samples in every
+output; the accuracy gate saying which metrics cannot judge at this burst length; a wrapped third-party-style LM.
+
+The gate and the tables are tested on records the test builds (no timing); the outputs of a real tiny_gpt sweep
+(``lm_sweep`` in conftest.py) and one real burst of ``experiments/third_party_lm.py`` check the plumbing and files.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from perftune.cli import main
+from perftune.engine.accuracy import check, unjudged
+from perftune.engine.sweep import Sweep
+from perftune.io.plan import AccuracyGate, Plan
+from perftune.io.records import Accuracy, Splits, TrialResult, TrialSpec, WindowStats
+from perftune.io.store import write_json_atomic
+from perftune.report import write_report
+from perftune.report.frames import load_results
+from perftune.report.summary import sweep_summary
+from perftune.report.tables import markdown_report, singles_table, write_tables
+from perftune.runner.ranks import mean_splits
+
+REPO = Path(__file__).resolve().parents[1]
+HOSTILE = "<script>alert(1)</script>"
+
+
+def acc(**kw) -> Accuracy:
+    fields = dict(samples_seen=64, train_loss=3.0, val_loss=3.1, perplexity=math.exp(3.1), repetition_rate=0.2,
+                  loss_curve=[(8, 5.5), (32, 4.0), (64, 3.0)])
+    fields.update(kw)
+    return Accuracy(**fields)
+
+
+# ---- the gate: metrics that cannot judge ----------------------------------------------------------------------------
+def test_a_baseline_that_already_repeats_cannot_judge_repetition():
+    lines = unjudged(acc(repetition_rate=0.95), AccuracyGate())
+    assert list(lines) == ["repetition_rate"]
+    text = lines["repetition_rate"]
+    assert "cannot judge at this burst length" in text and "0.95" in text and "+0.10" in text
+    assert "accuracy.samples" in text and "64 samples" in text  # what would make it judge: the plan field, its value
+    assert unjudged(acc(repetition_rate=0.85), AccuracyGate()) == {}  # 0.85 + 0.10 < 1: a trial can still exceed it
+    assert "repetition_rate" in unjudged(acc(repetition_rate=0.85), AccuracyGate(tolerances={"repetition_rate": 0.2}))
+
+
+def test_a_loss_that_has_not_moved_cannot_judge():
+    flat = dict(train_loss=5.40, loss_curve=[(8, 5.55), (32, 5.50), (64, 5.41)])  # -2.7%: inside a 5% tolerance
+    lines = unjudged(acc(**flat), AccuracyGate(metric="val_loss", rel_tolerance=0.05))
+    assert list(lines) == ["val_loss"]
+    assert "5.55 to 5.4" in lines["val_loss"] and "learnt nothing" in lines["val_loss"]
+    assert "accuracy.samples" in lines["val_loss"]
+    # every tolerance the gate applies is checked: a tight train_loss tolerance can still judge, a loose one cannot
+    lines = unjudged(acc(**flat), AccuracyGate(metric="val_loss", rel_tolerance=0.01, tolerances={"train_loss": 0.1}))
+    assert list(lines) == ["train_loss"]
+    # perplexity compounds the loss change: exp(0.15) - 1 = 16% > 5%, so the same curve judges perplexity
+    assert unjudged(acc(**flat), AccuracyGate(metric="perplexity", rel_tolerance=0.05)) == {}
+    assert unjudged(acc(), AccuracyGate()) == {}  # 5.5 -> 3.0: a trial stuck at 5.5 would be +83%
+    assert unjudged(acc(loss_curve=[(64, 3.0)]), AccuracyGate()) == {}  # one point: nothing to say
+
+
+def test_the_gate_passes_with_its_unjudged_metrics_and_still_fails_what_it_can_see():
+    base = acc(repetition_rate=0.98, train_loss=5.45, loss_curve=[(8, 5.5), (64, 5.45)])
+    passed = check(base, acc(repetition_rate=0.98, train_loss=5.45, val_loss=3.1), AccuracyGate())
+    assert passed.ok and set(passed.unjudged) == {"repetition_rate", "val_loss"}
+    failed = check(base, acc(nonfinite=True), AccuracyGate())
+    assert not failed.ok and "NaN" in failed.reason and failed.unjudged == {}
+    assert check(acc(), acc(), AccuracyGate()).unjudged == {}
+
+
+# ---- a scripted sweep: the reason, the summary, the tables and the report --------------------------------------------
+class LMRunner:
+    """Returns the same measured language-model trial for every configuration (so verdicts are not significant)."""
+
+    def __init__(self, baseline_acc: Accuracy, tokens_per_sample: int | None = 16):
+        self.acc, self.tokens = baseline_acc, tokens_per_sample
+
+    def __call__(self, spec: TrialSpec, trial_dir: Path) -> TrialResult:
+        sps = [100.0, 101.0, 99.0]
+        result = TrialResult(
+            trial_id=spec.trial_id, status="ok", workload=spec.workload, device=spec.device, knobs=spec.knobs,
+            burst=spec.burst, windows=[WindowStats(steps=10, total_ms=1e5 / v, median_step_ms=1e4 / v,
+                                                   samples_per_s=v) for v in sps],
+            samples_per_s=100.0, step_ms_median=80.0, data_wait_ms_median=1.0, tokens_per_sample=self.tokens,
+            tokens_per_s=100.0 * self.tokens if self.tokens else None, flops_per_sample=2e6,
+            accuracy=self.acc.model_copy(update={"samples_seen": spec.accuracy_samples}))
+        write_json_atomic(trial_dir / "trial.json", result.model_dump(mode="json"))
+        return result
+
+
+def scripted(tmp_path: Path, baseline_acc: Accuracy, tokens: int | None = 16):
+    plan = Plan(name="lm", workload="tiny_gpt", baseline={"batch_size": 8}, variables={"prefetch_size": [4]},
+                decision={"baseline_runs": 2}, accuracy={"samples": 64})
+    out = tmp_path / "out"
+    result = Sweep(plan, out, LMRunner(baseline_acc, tokens)).run()
+    write_tables(result, out)
+    return result, out
+
+
+def test_a_degenerate_baseline_is_said_in_the_reason_the_summary_and_the_report(tmp_path):
+    degenerate = acc(repetition_rate=0.98, train_loss=5.5, loss_curve=[(8, 5.55), (64, 5.5)], sample_text=" " * 32)
+    result, out = scripted(tmp_path, degenerate)
+    single = next(t for t in result.trials if t.kind == "single")
+    assert single.verdict == "not significant"
+    assert "not judged at this burst length: repetition_rate, val_loss" in single.reason
+    assert "accuracy.samples" in single.reason
+    summary = sweep_summary(result, out, None)
+    assert "accuracy gate: repetition_rate cannot judge at this burst length" in summary
+    assert "accuracy gate: val_loss cannot judge at this burst length" in summary
+    assert "not judged at this burst length" in (out / "ablation.md").read_text()
+    html = write_report(out).read_text(encoding="utf-8")
+    assert html.count('class="warn gate-cannot-judge"') == 2 and "raise accuracy.samples" in html
+    assert "gate metric(s) cannot judge at this burst length" in html
+    # the greedy sample: only the baseline's (nothing was kept), and its blankness said in words
+    assert "(32 whitespace characters and nothing else)" in html and "the final stack is the baseline" in html
+
+
+def test_a_baseline_that_learns_says_nothing_of_the_kind(tmp_path):
+    result, out = scripted(tmp_path, acc())
+    assert all("not judged" not in t.reason for t in result.trials)
+    assert "accuracy gate:" not in sweep_summary(result, out, None)
+    assert "gate-cannot-judge" not in write_report(out).read_text(encoding="utf-8")
+
+
+def test_language_model_columns_only_for_language_models(tmp_path):
+    result, out = scripted(tmp_path / "lm", acc(sample_text="def f(x):"))
+    md = markdown_report(result)
+    assert "| samples/s | tokens/s |" in md and "| change | perplexity | repetition |" in md
+    table = singles_table(result)
+    assert table["tokens_per_s"].tolist() == [1600.0] * len(table)
+    assert table["repetition_rate"].tolist() == [0.2] * len(table)
+    assert table["model_gflop_per_s"].tolist() == pytest.approx([0.2] * len(table))  # 2e6 FLOPs x 100 samples/s
+    rows = list(csv.DictReader((out / "ablation.csv").open()))
+    assert {"tokens_per_s", "perplexity", "repetition_rate", "recompute_ms"} <= set(rows[0])
+    # a classifier: no tokens, and exp(val_loss) is nobody's perplexity
+    result, _ = scripted(tmp_path / "mlp", acc(repetition_rate=None), tokens=None)
+    md = markdown_report(result)
+    assert "tokens/s" not in md and "perplexity" not in md and "repetition" not in md
+
+
+def test_mean_over_ranks_keeps_recompute():
+    def rank(recompute):
+        return Splits(step_ms=10, data_ms=1, forward_ms=2, backward_ms=5, optimizer_ms=1, communication_ms=0,
+                      other_ms=1, explained_share=0.9, recompute_ms=recompute)
+
+    assert mean_splits([rank(1.0), rank(3.0)]).recompute_ms == pytest.approx(2.0)
+    assert mean_splits([rank(1.0), rank(None)]).recompute_ms is None  # unknown on one rank: unknown, not 0.5
+
+
+# ---- a real tiny_gpt sweep ------------------------------------------------------------------------------------------
+def lm_results(out: Path) -> dict:
+    results = json.loads((out / "results.json").read_text())
+    ok = [t for t in results["trials"] if t["result"]["status"] == "ok"]
+    assert len(ok) == len(results["trials"]), [(t["label"], t["reason"]) for t in results["trials"]]
+    return results
+
+
+def test_a_tiny_gpt_sweep_prints_tokens_per_second_and_perplexity(lm_sweep):
+    out, printed = lm_sweep
+    results = lm_results(out)
+    base = results["trials"][0]["result"]
+    assert base["tokens_per_s"] == pytest.approx(base["samples_per_s"] * 16)
+    progress = next(line for line in printed.splitlines() if line.startswith("  baseline (run 1): "))
+    assert "samples/s" in progress and "tokens/s" in progress and "perplexity" in progress and "repetition" in progress
+    verdict = next(line for line in printed.splitlines() if line.startswith("  +recompute=true: "))
+    assert "tokens/s" in verdict and "perplexity" in verdict
+    summary = next(line for line in printed.splitlines() if line.startswith("baseline: "))
+    assert f"{base['tokens_per_s']:.0f} tokens/s" in summary
+    assert f"perplexity {base['accuracy']['perplexity']:.2f}" in summary
+
+
+def test_a_tiny_gpt_sweep_tables_carry_the_language_model_columns(lm_sweep):
+    out, _ = lm_sweep
+    results = lm_results(out)
+    md = (out / "ablation.md").read_text()
+    for header in ("tokens/s", "perplexity", "repetition", "recompute ms (of bwd)"):
+        assert f"| {header} |" in md, header
+    rows = {r["trial_id"]: r for r in csv.DictReader((out / "singles.csv").open())}
+    for t in results["trials"]:
+        r, row = t["result"], rows[t["trial_id"]]
+        assert float(row["tokens_per_s"]) == pytest.approx(r["tokens_per_s"])
+        assert float(row["perplexity"]) == pytest.approx(r["accuracy"]["perplexity"])
+        assert float(row["repetition_rate"]) == pytest.approx(r["accuracy"]["repetition_rate"])
+        recompute = r["profile"]["splits"]["recompute_ms"]
+        if recompute is None:
+            assert row["recompute_ms"] == ""
+        else:
+            assert float(row["recompute_ms"]) == pytest.approx(recompute)
+    frames = load_results(out)  # the notebook view carries them too
+    assert frames.trials["repetition_rate"].notna().all() and "recompute_ms" in frames.splits
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "tokens/s" in html and "perplexity" in html and "repetition" in html and "Greedy samples" in html
+
+
+def test_sample_texts_are_escaped(lm_sweep, tmp_path):
+    folder = tmp_path / "sweep"
+    shutil.copytree(lm_sweep[0], folder, ignore=shutil.ignore_patterns("profile", "*.log"))
+    results = json.loads((folder / "results.json").read_text())
+    results["trials"][0]["result"]["accuracy"]["sample_text"] = HOSTILE
+    (folder / "results.json").write_text(json.dumps(results))
+    html = write_report(folder).read_text(encoding="utf-8")
+    assert "<script" not in html.lower() and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+# ---- the documented wrapper shape, one real burst -------------------------------------------------------------------
+def test_the_documented_third_party_wrapper_runs_a_burst(tmp_path, monkeypatch):
+    """``experiments/third_party_lm.py`` loaded as ``package.module:function``, with recompute on the wrapper's layer
+    names: one tiny burst, and its language-model figures in ``perftune run``'s summary."""
+    monkeypatch.chdir(REPO)  # bursts find ``experiments.`` modules from the working directory, as users run them
+    plan = tmp_path / "wrapped.yaml"
+    plan.write_text(yaml.safe_dump({
+        "name": "wrapped", "workload": "experiments.third_party_lm:build",
+        "workload_params": {"d_model": 32, "n_layers": 1, "seq_len": 16, "train_samples": 128, "val_samples": 8,
+                            "corpus_bytes": 30_000},
+        "burst": {"warmup_steps": 1, "steps": 3, "repeats": 1, "profile_steps": 0, "timeout_s": 240},
+        "baseline": {"batch_size": 8, "mode": "graph", "recompute": True}, "accuracy": {"samples": 16}}))
+    result = CliRunner().invoke(main, ["run", str(plan), "--out", str(tmp_path / "trial")], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    trial = json.loads((tmp_path / "trial" / "trial.json").read_text())
+    assert trial["status"] == "ok", trial.get("reason")
+    assert trial["tokens_per_s"] == pytest.approx(trial["samples_per_s"] * 16)
+    assert trial["applied"]["recompute_cells"] == ["backbone.layers.0"]  # the wrapper's layer names were found
+    acc_ = trial["accuracy"]
+    assert acc_["perplexity"] > 1 and acc_["repetition_rate"] is not None and isinstance(acc_["sample_text"], str)
+    assert "tokens/s" in result.output and "perplexity" in result.output and "sample " in result.output
