@@ -36,11 +36,11 @@ def write_plan(folder: Path, **fields) -> Path:
 
 
 def run_sweep_cli(plan_path: Path, out: Path, *extra: str):
-    from click.testing import CliRunner
+    from perftune.compat import cli_runner
 
     from perftune.cli import main
 
-    runner = CliRunner()
+    runner = cli_runner()
     return runner.invoke(main, ["sweep", str(plan_path), "--out", str(out), "--no-progress", *extra],
                          catch_exceptions=False)
 

@@ -22,8 +22,8 @@ FORBIDDEN = [
     ("perftune.compare", "perftune.runner"),
     ("perftune.compare", "perftune.burst"),
 ]
-#: a leaf package: what it may import of the project besides itself
-LEAVES = {"perftune.io": ("perftune.errors",)}
+#: a leaf package: what it may import of the project besides itself (compat: the version differences, for everyone)
+LEAVES = {"perftune.io": ("perftune.errors",), "perftune.compat": ()}
 
 
 @dataclass(frozen=True)

@@ -249,6 +249,7 @@ def test_tiny_gpt_fixture_is_what_it_says(mode, form, variant):
         assert (~names.str.contains("/", regex=False)).any()  # PyNative: bare op names
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("mode, form, variant", ALL_TINY)
 def test_tiny_gpt_phases_add_up_to_the_step(mode, form, variant):
     exp, prof = fixture(mode, form, variant)

@@ -11,10 +11,10 @@ import numpy as np
 import psutil
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from conftest import TINY_BURST, TINY_MLP
 from perftune.cli import main
+from perftune.compat import cli_runner
 from perftune.engine.plan import accuracy_samples, lr_scale, parse_plan
 from perftune.io.records import Note
 from perftune.engine.specs import make_spec
@@ -84,6 +84,7 @@ def test_burst_end_to_end(baseline):
     assert result.applied["loss_scaler"] == "none" and result.applied["amp_effect"]["method"] == "none"
 
 
+@pytest.mark.smoke
 def test_every_knob_takes_effect_or_says_why(everything, baseline):
     result, _ = everything
     assert result.status == "ok", (result.reason, result.log_tail)
@@ -178,17 +179,18 @@ def test_a_hanging_burst_times_out_and_leaves_no_process(tmp_path_factory):
     assert not left, left
 
 
+@pytest.mark.smoke
 def test_run_command_prints_a_summary(tmp_path):
     plan = tmp_path / "plan.yaml"
     plan.write_text(yaml.safe_dump({"name": "cli", "workload": "mlp", "workload_params": TINY_MLP,
                                     "burst": {**TINY_BURST, "profile_steps": 0}, "baseline": {"prefetch_size": 2}}))
-    runner = CliRunner()
+    runner = cli_runner()
     result = runner.invoke(main, ["run", str(plan), "--set", "batch_size=16", "--out", str(tmp_path / "t")])
     assert result.exit_code == 0, result.output
     for words in ("samples/s", "step time", "compile", "val loss", "perplexity", "host RSS peak"):
         assert words in result.output
     bad = runner.invoke(main, ["run", str(plan), "--set", "batch_size=-1"])
-    assert bad.exit_code == 2 and "--set batch_size: -1 is not allowed" in bad.output
+    assert bad.exit_code == 2 and "--set batch_size: -1 is not allowed" in bad.stderr
 
 
 def test_learning_rate_scaled_with_the_batch_under_the_linear_rule(tmp_path_factory):

@@ -16,10 +16,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from conftest import REPO, TINY_MLP, run_sweep_cli, write_plan
 from perftune.cli import main
+from perftune.compat import cli_runner
 from perftune.compare.run import run_compare
 
 
@@ -41,7 +41,7 @@ def compare_runs(tmp_path_factory) -> dict[str, Path]:
         result = run_sweep_cli(p, out, "--no-report")
         assert result.exit_code == 0, result.output
     other = folder / "other_knobs"
-    result = CliRunner().invoke(main, ["run", str(plan), "--set", "batch_size=16", "--out", str(other)],
+    result = cli_runner().invoke(main, ["run", str(plan), "--set", "batch_size=16", "--out", str(other)],
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output
     runs["other_knobs"] = other
@@ -49,7 +49,7 @@ def compare_runs(tmp_path_factory) -> dict[str, Path]:
 
 
 def compare_cli(*args: str):
-    return CliRunner().invoke(main, ["compare", *map(str, args)], catch_exceptions=False)
+    return cli_runner().invoke(main, ["compare", *map(str, args)], catch_exceptions=False)
 
 
 def error_lines(result) -> list[str]:
@@ -159,6 +159,7 @@ def test_markdown_and_json_are_written_and_parse(compare_runs, tmp_path):
     assert "| configuration |" in text and "data ms" in text
 
 
+@pytest.mark.smoke
 def test_options_are_checked(compare_runs):
     ten = compare_cli(compare_runs["same_a"], compare_runs["same_b"], "--threshold", "10%")
     assert ten.exit_code in (0, 1) and "threshold 10%" in ten.stdout
@@ -170,13 +171,14 @@ def test_options_are_checked(compare_runs):
 
 
 def test_help_documents_exit_codes():
-    result = CliRunner().invoke(main, ["compare", "--help"])
+    result = cli_runner().invoke(main, ["compare", "--help"])
     assert result.exit_code == 0
     for text in ("0  no significant regression", "1  a significant regression", "2  unusable input"):
         assert text in result.output
 
 
 # -- unusable inputs: exit 2, one line ---------------------------------------------------------------------------------
+@pytest.mark.smoke
 def test_missing_empty_and_truncated_files(compare_runs, tmp_path):
     good = compare_runs["slow"] / "results.json"
     assert_refused(compare_cli(tmp_path / "nope", good), "OLD", "no such file or folder")
@@ -221,6 +223,7 @@ def test_different_workload_is_refused(compare_runs, tmp_path):
     assert_refused(compare_cli(compare_runs["same_a"], tmp_path), "different workloads")
 
 
+@pytest.mark.smoke
 def test_other_machine_and_versions_warn_but_compare(compare_runs, tmp_path):
     data = json.loads((compare_runs["same_b"] / "1" / "results.json").read_text())
     for t in data["trials"]:

@@ -82,6 +82,7 @@ def test_classify_phase(name, op_type, phase):
     assert classify_phase(name, op_type) == phase
 
 
+@pytest.mark.smoke
 def test_mlp_graph_phases_of_known_ops():
     (prof,) = profiles("mlp_graph")
     assert prof.layout == "cpu" and prof.rank == 0
@@ -102,6 +103,7 @@ def test_mlp_graph_phases_of_known_ops():
     assert prof.trace_file is not None and prof.trace_file.name == "trace_view.json"
 
 
+@pytest.mark.smoke
 def test_mlp_pynative_unscoped_ops_placed_by_time():
     (prof,) = profiles("mlp_pynative")
     steps = expected("mlp_pynative")["profiled_steps"]
@@ -116,6 +118,7 @@ def test_mlp_pynative_unscoped_ops_placed_by_time():
     assert phase_of(prof, r"^ReLU$") == {"forward"}
 
 
+@pytest.mark.smoke
 def test_dp2_allreduce_on_both_ranks():
     profs = profiles("dp2_allreduce")
     assert [p.rank for p in profs] == [0, 1]
@@ -142,6 +145,7 @@ def test_dp2_rank_selection():
     assert load_profile(one.root).rank == 1
 
 
+@pytest.mark.smoke
 def test_ascend_layout_parses_to_the_same_shape():
     (prof,) = profiles("ascend_layout")
     assert prof.layout == "ascend" and prof.rank == 0
@@ -156,6 +160,7 @@ def test_ascend_layout_parses_to_the_same_shape():
     assert prof.peak_allocated_bytes is None
 
 
+@pytest.mark.smoke
 def test_ascend_splits_use_step_trace():
     ((prof, timing, sp),) = splits_of("ascend_layout")
     exp = expected("ascend_layout")
@@ -169,6 +174,7 @@ def test_ascend_splits_use_step_trace():
 # ---- splits add up --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("scenario", ALL)
 def test_splits_add_up_to_the_measured_step(scenario):
     for prof, timing, sp in splits_of(scenario):
@@ -398,6 +404,7 @@ SESSION_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.smoke
 def test_profiler_session_end_to_end(tmp_path):
     pytest.importorskip("mindspore")
     out = tmp_path / "profile"

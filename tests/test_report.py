@@ -21,9 +21,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from perftune.cli import main
+from perftune.compat import cli_runner
 from perftune.report import write_report
 
 HOSTILE = "<script>alert(1)</script>"
@@ -246,6 +246,7 @@ def measured(sweep: Path) -> dict:
     return results
 
 
+@pytest.mark.smoke
 def test_sweep_writes_a_self_contained_report(quick_sweep):
     """The sweep command wrote report.html itself; it needs nothing outside the file but the trace links."""
     measured(quick_sweep)
@@ -390,17 +391,19 @@ def test_report_when_every_trial_failed(quick_sweep, tmp_path):
     assert "interrupted" in html and "No figure:" in html
 
 
+@pytest.mark.smoke
 def test_report_command(quick_sweep, tmp_path):
     folder = copy_sweep(quick_sweep, tmp_path / "sweep")
     (folder / "report.html").unlink()
-    result = CliRunner().invoke(main, ["report", str(folder)])
+    result = cli_runner().invoke(main, ["report", str(folder)])
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == str(folder / "report.html")
     assert "Cumulative ablation" in (folder / "report.html").read_text(encoding="utf-8")
 
 
+@pytest.mark.smoke
 def test_report_command_without_results(tmp_path):
-    result = CliRunner().invoke(main, ["report", str(tmp_path)])
+    result = cli_runner().invoke(main, ["report", str(tmp_path)])
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "results.json" in lines[0] and str(tmp_path) in lines[0], result.stderr

@@ -7,7 +7,11 @@ import math
 import os
 import stat
 
+import pytest
+
 from perftune.io.store import finite, write_json_atomic, write_text_atomic
+
+pytestmark = pytest.mark.smoke  # JSON and file modes: cheap, checked on the oldest set too
 
 
 def test_non_finite_numbers_are_written_as_null(tmp_path):

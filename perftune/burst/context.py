@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from perftune import __version__, knobs as knob_registry
+from perftune import __version__, compat, knobs as knob_registry
 from perftune.burst import amp_check
 from perftune.burst.failures import KnobRefused
 from perftune.io.records import Environment, Note, TrialSpec
@@ -81,13 +81,13 @@ def apply_context(spec: TrialSpec) -> list[Note]:
         ms.set_context(enable_graph_kernel=True, graph_kernel_flags=GRAPH_KERNEL_FLAGS[k["graph_kernel"]])
     if k["kernel_threads"]:
         if spec.device == "CPU":
-            ms.device_context.cpu.op_tuning.threads_num(int(k["kernel_threads"]))
+            compat.set_kernel_threads(int(k["kernel_threads"]))
         else:
             notes.append(Note(kind="no_effect", knob="kernel_threads",
                               text=f"kernel_threads={k['kernel_threads']} sets CPU kernel threads only; no effect on "
                                    f"{spec.device} kernels"))
     if k["dispatch_threads"]:
-        ms.runtime.dispatch_threads_num(int(k["dispatch_threads"]))
+        compat.set_dispatch_threads(int(k["dispatch_threads"]))
     if k["dataset_sink_mode"] and spec.device != "CPU":
         raise KnobRefused("dataset_sink_mode=true: perftune's burst does not implement device sinking yet "
                           "(its step timing needs one host round trip per step)")
@@ -98,12 +98,10 @@ def read_back(k: dict, network, step_fn, dataset) -> dict[str, Any]:
     """What MindSpore reports after the knobs were applied: the evidence that each one took effect."""
     import mindspore as ms
     import mindspore.dataset as ds
-    from mindspore._c_expression import RuntimeConf
 
     ops_in_pipeline = [type(n).__name__ for n in walk(dataset)]
     batch_op = next((n for n in walk(dataset) if type(n).__name__ == "BatchDataset"), None)
     map_op = next((n for n in walk(dataset) if type(n).__name__ == "MapDataset"), None)
-    conf = RuntimeConf.get_instance()
     jit = getattr(step_fn, "jit_config_dict", None) or {}
     return {
         "mode": "graph" if ms.get_context("mode") == ms.GRAPH_MODE else "pynative",
@@ -111,8 +109,7 @@ def read_back(k: dict, network, step_fn, dataset) -> dict[str, Any]:
         "graph_kernel": bool(ms.get_context("enable_graph_kernel")),
         "network_class": type(network).__name__,
         "amp_level": k["amp_level"],
-        "recompute_cells": sorted(name for name, cell in network.cells_and_names()
-                                  if getattr(cell, "_recompute_cell", None) is not None),
+        "recompute_cells": compat.recompute_cells(network),
         "train_step": type(step_fn).__name__ if not callable(getattr(step_fn, "__wrapped__", None))
         else "function",
         "grad_accum_micro_batch": int(k["batch_size"]) // int(k["grad_accum_steps"]),
@@ -124,8 +121,7 @@ def read_back(k: dict, network, step_fn, dataset) -> dict[str, Any]:
         "batch_size": batch_op.get_batch_size() if batch_op is not None else None,
         "prefetch_size": ds.config.get_prefetch_size(),
         "dataset_autotune": bool(ds.config.get_enable_autotune()),
-        "kernel_threads_configured": bool(conf.is_op_threads_num_configured()),
-        "dispatch_threads_configured": bool(conf.is_dispatch_threads_num_configured()),
+        **compat.threads_configured(),
     }
 
 

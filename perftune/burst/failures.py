@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from perftune import knobs as knob_registry
+from perftune import compat, knobs as knob_registry
 from perftune.io.records import TrialSpec
 
 
@@ -29,7 +29,7 @@ def classify_failure(exc: BaseException, spec: TrialSpec) -> tuple[str, str]:
     if isinstance(exc, MemoryError) or "out of memory" in text or "memory not enough" in text or \
             "allocate memory failed" in text:
         return "oom", reason
-    if isinstance(exc, KnobRefused):
+    if isinstance(exc, (KnobRefused, compat.MissingApi)):
         return "unsupported", str(exc)
     refused = [f"{n}={v}" for n, v in spec.knobs.items()
                if n in knob_registry.KNOBS and knob_registry.KNOBS[n].known_refusal(v, spec.device)]

@@ -1,0 +1,52 @@
+"""A model from a MindSpore model library as a perftune workload: mindcv's ResNet-18 on synthetic 32x32 images.
+
+Shows perftune beside a user's stack (README, "Compatibility"): with mindcv in the venv that holds perftune (it is
+in the ``test`` extra), ``perftune run experiments/mindcv_resnet.yaml`` from the repository root.  mindcv 0.3.0
+declares only ``numpy>=1.17, PyYAML>=5.3, tqdm``, so it installs beside every supported MindSpore and NumPy.
+mindcv builds its models in inference mode; the burst's train step switches them to training.  The data is random
+noise with random labels: this measures speed, not what ResNet can learn.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mindspore import nn, ops
+
+from perftune.workloads.base import Workload
+
+DEFAULTS = {"model": "resnet18", "image_size": 32, "classes": 10, "train_samples": 512, "val_samples": 64,
+            "learning_rate": 1e-3}
+
+
+class SqueezedLoss(nn.Cell):
+    """perftune stores labels as (N, 1) columns; mindcv's losses want them 1-D."""
+
+    def __init__(self, loss):
+        super().__init__()
+        self.loss = loss
+
+    def construct(self, logits, labels):
+        return self.loss(logits, ops.squeeze(labels, -1))
+
+
+def build(params: dict, seed: int) -> Workload:
+    import mindcv
+
+    unknown = set(params) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"mindcv_resnet: unknown workload_params {sorted(unknown)} (allowed: {sorted(DEFAULTS)})")
+    p = {**DEFAULTS, **params}
+    rng = np.random.default_rng(seed)
+    size, n, n_val = p["image_size"], p["train_samples"], p["val_samples"]
+    network = mindcv.create_model(p["model"], num_classes=p["classes"], pretrained=False)
+    return Workload(
+        name=f"mindcv_{p['model']}",
+        network=network,
+        loss_fn=SqueezedLoss(mindcv.create_loss(name="CE")),
+        make_optimizer=lambda weights: nn.Adam(weights, learning_rate=p["learning_rate"]),
+        train_columns={"image": rng.standard_normal((n, 3, size, size)).astype(np.float32),
+                       "label": rng.integers(0, p["classes"], (n, 1)).astype(np.int32)},
+        val_columns={"image": rng.standard_normal((n_val, 3, size, size)).astype(np.float32),
+                     "label": rng.integers(0, p["classes"], (n_val, 1)).astype(np.int32)},
+        label_column="label",
+    )
