@@ -3,8 +3,11 @@
 Shows perftune beside a user's stack (README, "Compatibility"): with mindcv in the venv that holds perftune (it is
 in the ``test`` extra), ``perftune run experiments/mindcv_resnet.yaml`` from the repository root.  mindcv 0.3.0
 declares only ``numpy>=1.17, PyYAML>=5.3, tqdm``, so it installs beside every supported MindSpore and NumPy.
-mindcv builds its models in inference mode; the burst's train step switches them to training.  The data is random
-noise with random labels: this measures speed, not what ResNet can learn.
+mindcv builds its models in inference mode; the burst's train step switches them to training.  The images are
+random noise labelled by a fixed random linear "teacher" (the class whose projection of the image is largest): a task
+the network can learn, so the accuracy gate compares learning.  With random labels a 20-update validation loss is
+chaotic: graph and PyNative agree to 5 digits for a few steps, then float-order differences grow, and mode=graph was
+"accuracy rejected +17%" for no reason but that (measured; see issue 14's closing note).
 """
 
 from __future__ import annotations
@@ -39,14 +42,19 @@ def build(params: dict, seed: int) -> Workload:
     rng = np.random.default_rng(seed)
     size, n, n_val = p["image_size"], p["train_samples"], p["val_samples"]
     network = mindcv.create_model(p["model"], num_classes=p["classes"], pretrained=False)
+    teacher = rng.standard_normal((3 * size * size, p["classes"])).astype(np.float32)
+
+    def labelled(count: int) -> dict[str, np.ndarray]:
+        images = rng.standard_normal((count, 3, size, size)).astype(np.float32)
+        labels = np.argmax(images.reshape(count, -1) @ teacher, axis=1).reshape(-1, 1).astype(np.int32)
+        return {"image": images, "label": labels}
+
     return Workload(
         name=f"mindcv_{p['model']}",
         network=network,
         loss_fn=SqueezedLoss(mindcv.create_loss(name="CE")),
         make_optimizer=lambda weights: nn.Adam(weights, learning_rate=p["learning_rate"]),
-        train_columns={"image": rng.standard_normal((n, 3, size, size)).astype(np.float32),
-                       "label": rng.integers(0, p["classes"], (n, 1)).astype(np.int32)},
-        val_columns={"image": rng.standard_normal((n_val, 3, size, size)).astype(np.float32),
-                     "label": rng.integers(0, p["classes"], (n_val, 1)).astype(np.int32)},
+        train_columns=labelled(n),
+        val_columns=labelled(n_val),
         label_column="label",
     )
