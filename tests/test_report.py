@@ -279,7 +279,7 @@ def test_report_in_headless_chromium(quick_sweep, tmp_path):
     for img in facts["images"]:
         assert img["complete"] and img["width"] > 0 and img["height"] > 0, f"figure did not load: {img}"
     alts = {img["alt"] for img in facts["images"]}
-    expected = {"Throughput per trial", "Time splits per trial", "Loss curves: baseline vs kept changes",
+    expected = {"Throughput per trial", "Time splits per trial", "Loss curves: every configuration (accuracy failures dashed red)",
                 "Peak memory per trial", "Loss difference from the baseline at equal samples seen",
                 "Throughput drift over each trial's timed windows", "Compile time and step time per trial"} | (
         {"Cumulative speed-up waterfall"} if len(results["stack"]) > 1 else set())  # MFU: no peak in the test cache

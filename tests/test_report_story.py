@@ -155,3 +155,29 @@ def test_gate_plot_axis_holds_every_point():
     xs = [x for line in gate.get_lines() for x in line.get_xdata()]
     assert xs and all(lo < x < hi for x in xs)
     assert lo < 0.571 * 1.05 < hi  # the gate's limit as well
+
+
+def test_the_accuracy_figure_draws_every_configuration(tmp_path):
+    """Issue 18 item 3: not only the baseline, kept steps and rejections: a `no effect` change is drawn too, once."""
+    from perftune.report.html import accuracy_curves
+    from perftune.report.load import load_folder
+
+    sample = tmp_path / "v1"
+    shutil.copytree(Path(__file__).parent / "data" / "results_v1", sample)
+    folder = load_folder(sample)
+    curves = accuracy_curves(folder, "val_loss")
+    assert [c["label"] for c in curves] == ["baseline", "+dataset_sink_mode=true"]
+    assert all(c["points"] and c["value"] is not None for c in curves)
+    assert not any(c["rejected"] for c in curves)
+
+
+def test_coinciding_training_losses_with_different_validation_say_why():
+    same = [(32, 2.3), (64, 1.9)]
+    differ = loss_plot([{"label": "baseline", "points": same, "value": 0.571},
+                        {"label": "mode=graph (rejected)", "points": same, "value": 1.127, "rejected": True}],
+                       "val_loss", 0.05)
+    text = " ".join(t.get_text() for t in differ.axes[0].texts)
+    assert "validation metric does not" in text and "BatchNorm" in text
+    equal = loss_plot([{"label": "baseline", "points": same, "value": 0.5}, {"label": "x", "points": same, "value": 0.5}],
+                      "val_loss", 0.05)
+    assert "identical training losses" in " ".join(t.get_text() for t in equal.axes[0].texts)

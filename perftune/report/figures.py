@@ -223,8 +223,12 @@ def loss_plot(curves: Sequence[dict], metric: str, tolerance: Optional[float]) -
             left.plot(xs, _smooth(ys, 5), color=color, linewidth=1.6, label=c["label"],
                       linestyle="--" if c.get("rejected") else "-")
     if _coincide(curves):
-        left.text(0.98, 0.97, "all curves coincide (identical losses)", transform=left.transAxes, ha="right",
-                  va="top", fontsize="x-small", color="#555555")
+        values = {round(c["value"], 6) for c in curves if _ok(c.get("value"))}
+        text = "all curves coincide (identical training losses)" if len(values) <= 1 else (
+            "training losses coincide, the validation metric does not: what differs is evaluation\n"
+            "(e.g. BatchNorm moving statistics, Dropout or evaluation-mode layers), not the training steps")
+        left.text(0.98, 0.97, text, transform=left.transAxes, ha="right", va="top", fontsize="x-small",
+                  color="#555555")
     left.set_xlabel("samples seen")
     left.set_ylabel("training loss")
     left.set_title("Training loss (faint: per step; line: 5-step mean)", fontsize="medium")

@@ -242,27 +242,21 @@ def _failed(folder: SweepFolder) -> list[dict]:
     return out
 
 
-def _curves(folder: SweepFolder, metric: str) -> list[dict]:
-    """Baseline, each kept stack step, and each accuracy-rejected change: what the gate compared."""
-    res = folder.result
-    by_id = folder.by_id
-    chosen: list[tuple[SweepTrial, bool]] = []
+def accuracy_curves(folder: SweepFolder, metric: str) -> list[dict]:
+    """Every measured configuration's accuracy window (its first process: repeats measure speed only), the baseline
+    first: an accuracy failure is drawn whatever the trial's speed verdict (issue 18), failures marked."""
     base = next((t for t in folder.trials if t.kind == "baseline"), None)
-    if base is not None:
-        chosen.append((base, False))
-    for step in res.stack[1:]:
-        if step.kept and step.trial_id in by_id:
-            chosen.append((by_id[step.trial_id], False))
-    chosen += [(t, True) for t in folder.trials if t.verdict == "accuracy rejected"]
-    curves = []
-    for t, rejected in chosen:
-        if t.result.status != "ok":
-            continue
+    others = [t for t in folder.trials if t is not base and t.replicate == 0 and t.kind != "baseline"]
+    curves, seen = [], set()
+    for t in ([base] if base is not None else []) + others:
         acc = t.result.accuracy
-        curves.append({"label": ("baseline" if t.kind == "baseline" else t.label) + (" (rejected)" if rejected else ""),
+        if t.result.status != "ok" or acc is None or t.trial_id in seen:
+            continue
+        seen.add(t.trial_id)
+        rejected = t.verdict == "accuracy rejected"
+        curves.append({"label": ("baseline" if t is base else t.label) + (" (rejected)" if rejected else ""),
                        "points": folder.loss_curve(t.trial_id), "rejected": rejected,
-                       "value": getattr(acc, metric, None) if acc else None,
-                       "samples_seen": acc.samples_seen if acc else None})
+                       "value": getattr(acc, metric, None), "samples_seen": acc.samples_seen})
     return curves
 
 
@@ -300,7 +294,7 @@ def build_context(folder: SweepFolder) -> dict:
         "throughput": figures.throughput_figure(measured),
         "splits": figures.splits_figure(measured),
         "compile": figures.compile_figure(measured),
-        "loss": figures.loss_figure(_curves(folder, metric), metric, tolerance),
+        "loss": figures.loss_figure(accuracy_curves(folder, metric), metric, tolerance),
         "memory": figures.memory_figure(measured),
     }
     return {
