@@ -62,10 +62,12 @@ def _t_quantile(q: float, df: float) -> float:
 
 @dataclass(frozen=True)
 class ProcessRun:
-    """One burst process in the order the sweep measured it: which configuration, and its windows' throughputs."""
+    """One burst process in the order the sweep measured it: which configuration, its windows' throughputs, and the
+    machine that ran it (``"local"`` on one machine; a cluster node under ``--executor ray``)."""
 
     config: Hashable
     windows: tuple[float, ...]
+    node: str = "local"
 
     @cached_property
     def log_mean(self) -> float:
@@ -87,10 +89,11 @@ class Noise:
 
     @classmethod
     def pooled(cls, runs: Sequence[ProcessRun], prior_sd: float = PRIOR_SD, prior_df: int = PRIOR_DF) -> "Noise":
-        """Successive differences of each configuration's processes (in measurement order), plus the prior."""
+        """Successive differences of each configuration's processes on each machine (in measurement order), plus the
+        prior: a fast and a slow node are not noise, they are blocked away in ``blocks``."""
         by_config: dict[Hashable, list[float]] = {}
         for run in runs:
-            by_config.setdefault(run.config, []).append(run.log_mean)
+            by_config.setdefault((run.config, run.node), []).append(run.log_mean)
         ss, df = 0.0, 0
         for values in by_config.values():
             if len(values) > 1:
@@ -109,14 +112,16 @@ class Block:
 
 
 def blocks(runs: Sequence[ProcessRun], candidate: Hashable, reference: Hashable) -> list[Block]:
-    """Each candidate process with the nearest reference process before and after it (in measurement order)."""
-    seq = [(i, r.config, r.log_mean) for i, r in enumerate(runs) if r.config in (candidate, reference)]
+    """Each candidate process with the nearest reference process before and after it (in measurement order) on the
+    same machine, so that drift in time and the speed of a node both cancel; a candidate process with no reference
+    process on its node gives no block."""
+    seq = [(i, r.config, r.log_mean, r.node) for i, r in enumerate(runs) if r.config in (candidate, reference)]
     out = []
-    for k, (_, config, value) in enumerate(seq):
+    for k, (_, config, value, node) in enumerate(seq):
         if config != candidate:
             continue
-        left = next(((i, v) for i, c, v in reversed(seq[:k]) if c == reference), None)
-        right = next(((i, v) for i, c, v in seq[k + 1:] if c == reference), None)
+        left = next(((i, v) for i, c, v, n in reversed(seq[:k]) if c == reference and n == node), None)
+        right = next(((i, v) for i, c, v, n in seq[k + 1:] if c == reference and n == node), None)
         refs = [x for x in (left, right) if x is not None]
         if refs:
             out.append(Block(value - sum(v for _, v in refs) / len(refs), tuple(i for i, _ in refs)))

@@ -30,6 +30,7 @@ from typing import Any, Callable, Hashable, Optional
 from perftune import knobs
 from perftune.engine import accuracy as accuracy_gate
 from perftune.engine import lm, noop, verdicts
+from perftune.engine.blocked import node_of
 from perftune.engine.progress import SilentProgress, SweepProgress
 from perftune.engine.race import Race
 from perftune.engine.sequential import Noise, Policy, ProcessRun, benjamini_hochberg, decide
@@ -146,7 +147,7 @@ class Sweep:
                 self._done(trial)
                 continue
             self._done(trial)
-            return ProcessRun(key, tuple(w.samples_per_s for w in r.windows))
+            return ProcessRun(key, tuple(w.samples_per_s for w in r.windows), node_of(r))
 
     def first(self, key: Hashable) -> SweepTrial:
         return self.processes[key][0]
@@ -358,7 +359,8 @@ class Sweep:
             trial = self.measure(without, "leave_one_out")  # an earlier stack row's process is reused
             if trial.verdict not in FAILED:
                 if not any(r.config == key for r in self.runs):
-                    self.runs.append(ProcessRun(key, tuple(w.samples_per_s for w in trial.result.windows)))
+                    self.runs.append(ProcessRun(key, tuple(w.samples_per_s for w in trial.result.windows),
+                                                node_of(trial.result)))
                 # how much faster the final stack is than the stack without this change
                 trial.vs_previous = self.informational(self.best, key, f"final without {label_of(s.change or {})}")
                 trial.vs_baseline = self.informational(key, self.base, "baseline")
