@@ -31,10 +31,12 @@ def compare_runs(tmp_path_factory) -> dict[str, Path]:
     at load 15-20 was seen 6x slower than idle), baseline measured twice; ``other_knobs``: one ``perftune run``
     burst with batch_size 16 (nothing in common with the sweeps)."""
     folder = tmp_path_factory.mktemp("compare")
+    # no re-measuring of contended processes: the number of processes per side must not depend on the machine's load
     plan = write_plan(folder / "plans", name="same", output_dir=str(folder / "scratch"),
-                      decision={"baseline_runs": 1})
+                      decision={"baseline_runs": 1, "remeasure_contended": 0})
     slow_plan = write_plan(folder / "plans", name="slow", output_dir=str(folder / "scratch"),
-                           workload_params={**TINY_MLP, "preprocess_ms": 8.0})
+                           workload_params={**TINY_MLP, "preprocess_ms": 8.0},
+                           decision={"baseline_runs": 2, "max_runs": 2, "remeasure_contended": 0})
     runs = {"same_a": folder / "same_a", "same_b": folder / "same_b", "slow": folder / "slow"}
     for out, p in ((runs["same_a"] / "1", plan), (runs["same_b"] / "1", plan), (runs["same_a"] / "2", plan),
                    (runs["same_b"] / "2", plan), (runs["slow"], slow_plan)):
@@ -269,3 +271,4 @@ def test_a_side_measured_on_a_busy_machine_is_warned_about(compare_runs, tmp_pat
     report = run_compare(compare_runs["same_a"], tmp_path, threshold=0.5)
     new = [w for w in report.warnings if w.startswith("NEW:") and "busy machine" in w]
     assert len(new) == 1 and f"1 of {len(data['trials'])} process(es)" in new[0] and "2 timed window(s)" in new[0]
+
