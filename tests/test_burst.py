@@ -269,3 +269,17 @@ def test_an_unreadable_trial_file_is_recorded_with_why(tmp_path_factory):
     assert result.status == "failed"
     assert result.reason.startswith("the burst wrote a trial.json this perftune cannot read:"), result.reason
     assert "99" in result.reason
+
+
+def test_a_repeat_process_skips_the_profile_but_not_the_accuracy_window(tmp_path_factory):
+    """Repeats of a configuration are timed after the same history as its first process (accuracy window, warm-up)
+    and leave the profile to it; their trial.json is complete otherwise."""
+    plan = plan_for()
+    spec = make_spec(plan, {}, "baseline", replicate=1, cache_dir=tmp_path_factory.getbasetemp() / "cache")
+    result = run_trial(spec, tmp_path_factory.mktemp("repeat"))
+    assert result.status == "ok", (result.reason, result.log_tail)
+    phases = [s.phase for s in result.steps]
+    assert "profiled" not in phases and result.profile is None
+    assert phases.count("accuracy") > 0 and result.accuracy is not None and result.accuracy.val_loss is not None
+    assert len(result.windows) == TINY_BURST["repeats"] and result.samples_per_s
+    assert any("repeat process 2" in n.text for n in result.notes)

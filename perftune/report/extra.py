@@ -25,7 +25,7 @@ def sweep_environment(folder: SweepFolder) -> Optional[Environment]:
 
 def loss_differences(folder: SweepFolder) -> list[dict]:
     """Every measured change (singles, stack steps, leave-one-out) with an accuracy curve, minus the first baseline
-    run's curve at equal samples seen.  Repeated baseline runs skip the accuracy phase, so they have no curve."""
+    run's curve at equal samples seen (the first process of each configuration)."""
     base = next((t for t in folder.trials if t.kind == "baseline" and t.replicate == 0), None)
     base_curve = folder.loss_curve(base.trial_id) if base is not None else []
     if not base_curve:
