@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
-from scipy import stats as sps
 
 from perftune.engine import stats
 from perftune.io.records import TrialResult
@@ -94,18 +93,7 @@ def blocked_compare(reference: Mapping[str, stats.Measurement], candidate: Mappi
     weights = 1.0 / np.array(variances)
     diff = float(np.sum(weights * np.array(diffs)) / np.sum(weights))
     se = math.sqrt(1.0 / float(np.sum(weights)))
-    df = float(noise.df)
-    t_crit = float(sps.t.ppf(0.5 + confidence / 2, df))
-    low, high = math.exp(diff - t_crit * se), math.exp(diff + t_crit * se)
-    p_value = float(2 * sps.t.sf(abs(diff) / se, df)) if se > 0 else (0.0 if diff else 1.0)
-    ratio = math.exp(diff)
-    if low > 1.0 and ratio - 1.0 >= min_gain:
-        verdict: stats.Verdict = "faster"
-    elif high < 1.0 and 1.0 - ratio >= min_gain:
-        verdict = "slower"
-    else:
-        verdict = "not significant"
-    comparison = stats.Comparison(ratio, low, high, p_value, verdict, df)
+    comparison = stats.comparison_of(diff, se, float(noise.df), confidence, min_gain)
     return BlockedComparison(comparison, nodes, unpaired, {n: math.exp(d) for n, d in zip(nodes, diffs)})
 
 

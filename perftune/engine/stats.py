@@ -125,7 +125,11 @@ def compare(reference: Measurement, candidate: Measurement, noise: Noise, confid
     var_cand = noise.between_var + within / candidate.windows_per_process
     diff = float(cand_means.mean() - ref_means.mean())
     se = math.sqrt(var_ref / len(ref_means) + var_cand / len(cand_means))
-    df = float(noise.df)
+    return comparison_of(diff, se, float(noise.df), confidence, min_gain)
+
+
+def comparison_of(diff: float, se: float, df: float, confidence: float, min_gain: float) -> Comparison:
+    """A difference of log throughputs with its standard error as a ratio, Student's t interval and verdict."""
     t_crit = float(sps.t.ppf(0.5 + confidence / 2, df))
     low, high = math.exp(diff - t_crit * se), math.exp(diff + t_crit * se)
     p_value = float(2 * sps.t.sf(abs(diff) / se, df)) if se > 0 else (0.0 if diff else 1.0)
