@@ -159,6 +159,7 @@ class _Outcome:
     rank: Optional[int] = None
     port_in_use: bool = False
     exit_code: Optional[int] = None  # of the dead rank (rank_died) or of msrun (msrun_exited), where known
+    dead: tuple[int, ...] = ()  # rank_died: every rank found dead without a result in the same look
 
 
 def run_distributed(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> TrialResult:
@@ -210,7 +211,11 @@ def _run_once(spec: TrialSpec, trial_dir: Path, cluster: Cluster, port: int,
         try:
             outcome = watch.wait(deadline)
             if outcome.kind == "rank_died":
-                outcome.exit_code = watch.exit_code(outcome.rank)
+                # several ranks may be found dead in one look (msrun stops the others when one dies): name the one
+                # whose exit msrun logged, the one that died on its own, not a rank msrun stopped after it
+                codes = watch.exit_codes(outcome.dead or (outcome.rank,))
+                outcome.rank = next((r for r, c in codes.items() if c is not None), outcome.rank)
+                outcome.exit_code = codes.get(outcome.rank)
             elif outcome.kind == "msrun_exited":
                 outcome.exit_code = proc.returncode
         finally:  # also on Ctrl-C: nothing of this trial may outlive it
@@ -268,11 +273,12 @@ class _Watch:
             if len(self.results) == len(self.cluster.local_ranks):
                 return _Outcome("done")
             self._discover()
-            for r, p in sorted(self.ranks.items()):
-                if r not in self.results and not alive(p):
-                    self._read()  # written just before it left?
-                    if r not in self.results:
-                        return _Outcome("rank_died", r)
+            dead = [r for r, p in sorted(self.ranks.items()) if r not in self.results and not alive(p)]
+            if dead:
+                self._read()  # written just before it left?
+                dead = [r for r in dead if r not in self.results]
+                if dead:
+                    return _Outcome("rank_died", dead[0], dead=tuple(dead))
             if self.scheduler is not None and not alive(self.scheduler) and self.cluster.runs_scheduler:
                 self._read()
                 if len(self.results) < len(self.cluster.local_ranks):
@@ -290,19 +296,17 @@ class _Watch:
         text = _read_text(self.dir / MSRUN_LOG_DIR / "scheduler.log")
         return "Address already in use" in text and "Failed to call bind" in text
 
-    def exit_code(self, rank: int) -> Optional[int]:
-        """A dead rank's exit code, from msrun's log (msrun is its parent; this process cannot wait for it)."""
-        p = self.ranks.get(rank)
-        if p is None:
-            return None
-        pattern = re.compile(rf"Worker process {p.pid} exit with exception\. Error code: (-?\d+)")
+    def exit_codes(self, ranks: tuple[int, ...]) -> dict[int, Optional[int]]:
+        """Dead ranks' exit codes, from msrun's log (msrun is their parent; this process cannot wait for them),
+        waiting a little for the first one to be logged; None where msrun logged none."""
+        patterns = {r: re.compile(rf"Worker process {self.ranks[r].pid} exit with exception\. Error code: (-?\d+)")
+                    for r in ranks if r in self.ranks}
         end = time.perf_counter() + EXIT_CODE_WAIT_S
         while True:
-            m = pattern.search(_read_text(self.dir / LOG_NAME))
-            if m:
-                return int(m.group(1))
-            if time.perf_counter() > end or self.proc.poll() is not None:
-                return None
+            text = _read_text(self.dir / LOG_NAME)
+            codes = {r: (int(m.group(1)) if (m := pat.search(text)) else None) for r, pat in patterns.items()}
+            if any(c is not None for c in codes.values()) or time.perf_counter() > end or self.proc.poll() is not None:
+                return {r: codes.get(r) for r in ranks}
             time.sleep(POLL_S)
 
     def stop(self) -> None:
