@@ -99,3 +99,11 @@ def cli_runner():
     if "mix_stderr" in inspect.signature(CliRunner.__init__).parameters:  # click < 8.2
         return CliRunner(mix_stderr=False)
     return CliRunner()
+
+
+def mathtext_off() -> dict[str, Any]:
+    """matplotlib settings that draw ``$...$`` in a label as written: ``text.parse_math`` exists from matplotlib 3.6;
+    on older releases (the supported range starts at 3.5) labels are drawn with mathtext as before."""
+    import matplotlib
+
+    return {"text.parse_math": False} if "text.parse_math" in matplotlib.rcParams else {}

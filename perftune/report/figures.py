@@ -16,6 +16,7 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
+from perftune.compat import mathtext_off
 from perftune.io.records import PHASES
 from perftune.report.format import speed_text
 
@@ -34,7 +35,7 @@ def plain_text(draw: Callable[..., Optional[str]]) -> Callable[..., Optional[str
 
     @functools.wraps(draw)
     def wrapper(*args, **kwargs):
-        with matplotlib.rc_context({"text.parse_math": False}):
+        with matplotlib.rc_context(mathtext_off()):
             return draw(*args, **kwargs)
 
     return wrapper
