@@ -191,3 +191,13 @@ def test_lr_scaling_names_what_is_allowed(tmp_path):
     with pytest.raises(UserError) as err:
         load_plan(path)
     assert "accuracy.lr_scaling" in str(err.value) and "linear" in str(err.value) and "sqrt" in str(err.value)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "601"])
+def test_min_window_s_is_bounded_and_named(tmp_path, value):
+    path = tmp_path / "p.yaml"
+    path.write_text(f"name: p\nworkload: mlp\nburst: {{min_window_s: {value}}}\n")
+    with pytest.raises(UserError) as err:
+        load_plan(path)
+    (line,) = [ln for ln in str(err.value).splitlines() if "burst.min_window_s" in ln]  # one problem line per field
+    assert f"(got {value})" in line
