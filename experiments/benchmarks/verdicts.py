@@ -1,0 +1,272 @@
+"""Are the sweep's verdicts right on real processes?  False alarms, power and cost, as the sweep decides them.
+
+Every comparison here is made by perftune's own ``Sweep`` (``perftune.engine.sweep``): the R C1 R C2 R ... rounds,
+the racing "C R" rounds for open comparisons, the pooled noise, Pocock's boundary, Benjamini-Hochberg across the
+sweep's candidates, the verdict precedence.  Only the candidates are made here, because no knob is a known A/A:
+
+* **A/A**: a candidate that *is* the baseline configuration under another name (its own trial id, so its processes
+  are its own; its first process is profiled like every candidate's).  Each sweep races ``--aa-candidates`` of them
+  against the baseline; ``kept`` or ``slower`` is a false alarm.  Run on the idle machine, then again with a
+  background process keeping one core busy for ``--busy-on`` seconds out of every ``--busy-on + --busy-off``.
+* **Power**: the data-bound quickstart workload (mlp, ``preprocess_ms`` 0.5: a per-sample sleep in the dataset map,
+  1 worker, so the step waits for its batch) against the same with ``preprocess_ms`` raised by 5% and 10%.  Their
+  true ratios are first measured with long processes (``--truth-rounds`` interleaved rounds, 4x the windows); each
+  of ``--power-sweeps`` sweeps then races both.  Found: ``slower`` (the right sign); wrong: ``kept``.
+* **Cost**: from every process above, the share of a repeat process's wall time that is not timed windows, and
+  the processes per comparison.
+
+The accuracy gate is loosened in the power plan (``accuracy.rel_tolerance`` 1000): the changes are real and cost
+accuracy nothing, but the gate is not what is measured here.  Run from the repository root (about 40 minutes on two
+idle cores at the defaults)::
+
+    .venv/bin/python experiments/benchmarks/verdicts.py
+
+The figures come last, with the load average; exit status 2 when a sweep could not be made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from _common import CannotMeasure, EXIT_CANNOT_MEASURE, fixed_cost, loadavg, log, make_plan, out_dir
+
+from perftune.engine.specs import make_spec
+from perftune.engine.sweep import Sweep
+from perftune.io.records import TrialResult, TrialSpec
+from perftune.io.sweep_records import SweepResult
+from perftune.runner import run_trial
+
+#: the compute-bound plan of the A/A sweeps: the mlp defaults (0.4 M parameters), graph mode, batch 32
+AA_PLAN = {"workload": "mlp", "device": "CPU", "seed": 0, "baseline": {"batch_size": 32, "mode": "graph"}}
+#: the data-bound plan of the power sweeps: the quickstart's workload, graph mode
+POWER_PLAN = {"workload": "mlp", "workload_params": {"preprocess_ms": 0.5}, "device": "CPU", "seed": 0,
+              "baseline": {"batch_size": 32, "mode": "graph", "num_parallel_workers": 1, "prefetch_size": 2},
+              "accuracy": {"rel_tolerance": 1000}}
+
+
+class CandidateSweep(Sweep):
+    """The sweep's singles phase over made-up candidates: ``variants`` maps a name to workload_params to overlay on
+    the plan's (None: the baseline itself, an A/A candidate).  Stacking and leave-one-out are not run."""
+
+    def __init__(self, plan, out: Path, variants: dict[str, Optional[dict]]):
+        super().__init__(plan, out, run_trial, fresh=True)
+        self.variants = variants
+
+    def singles(self) -> list[dict[str, Any]]:
+        return [{"variant": name} for name in self.variants]
+
+    def _spec(self, changes: dict[str, Any], replicate: int = 0) -> TrialSpec:
+        if not changes:
+            return super()._spec(changes, replicate)
+        name = changes["variant"]
+        overlay = self.variants[name]
+        plan = self.plan
+        if overlay is not None:
+            plan = plan.model_copy(update={"workload_params": {**plan.workload_params, **overlay}})
+        spec = make_spec(plan, {}, f"variant={name}", replicate, self.cache_dir)
+        if overlay is None:  # the baseline's spec under its own id: its processes are not the baseline's
+            spec = spec.model_copy(update={"trial_id": hashlib.sha256(
+                f"{spec.trial_id}/{name}".encode()).hexdigest()[:12]})
+        return spec
+
+    def stack(self, single_trials) -> None:
+        pass
+
+    def leave_one_out(self) -> None:
+        pass
+
+
+class BusyCycle:
+    """A background process keeping one core busy ``on`` seconds out of every ``on + off`` (None: never)."""
+
+    def __init__(self, on: float, off: float):
+        self.on, self.off = on, off
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._cycle, daemon=True)
+
+    def _cycle(self) -> None:
+        while not self.stop.is_set():
+            busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            try:
+                self.stop.wait(self.on)
+            finally:
+                busy.kill()
+                busy.wait()
+            self.stop.wait(self.off)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
+def sweep(plan_fields: dict, out: Path, variants: dict[str, Optional[dict]]) -> SweepResult:
+    plan = make_plan(**plan_fields)
+    result = CandidateSweep(plan, out, variants).run()
+    bad = [t for t in result.trials if t.result.status != "ok"]
+    if bad:
+        raise CannotMeasure(f"{out}: {bad[0].label}: {bad[0].result.status}: {bad[0].result.reason}")
+    return result
+
+
+def singles(result: SweepResult) -> list:
+    return [t for t in result.trials if t.kind == "single" and t.replicate == 0]
+
+
+def describe(t) -> str:
+    c = t.vs_baseline
+    if c is None:
+        return f"{t.label}: {t.verdict} (no comparison)"
+    return (f"{t.label}: {t.verdict} x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] after {c.processes} run(s), "
+            f"noise {c.noise_sd:.1%}, {c.contended} contended")
+
+
+def aa_phase(name: str, sweeps: int, candidates: int, work: Path, busy: Optional[tuple[float, float]]) -> dict:
+    verdicts: list[str] = []
+    raw: list[str] = []
+    processes: list[int] = []
+    noise: list[float] = []
+    results: list[SweepResult] = []
+    for s in range(sweeps):
+        variants = {f"aa{k + 1}": None for k in range(candidates)}
+        started = time.perf_counter()
+        if busy:
+            with BusyCycle(*busy):
+                result = sweep(AA_PLAN, work / name / f"sweep{s}", variants)
+        else:
+            result = sweep(AA_PLAN, work / name / f"sweep{s}", variants)
+        results.append(result)
+        for t in singles(result):
+            verdicts.append(t.verdict)
+            raw.append(t.vs_baseline.verdict if t.vs_baseline else "none")
+            processes.append(t.vs_baseline.processes if t.vs_baseline else 0)
+            log(f"{name} sweep {s + 1}/{sweeps}: {describe(t)}")
+        noise.append(result.noise_sd or float("nan"))
+        log(f"{name} sweep {s + 1}/{sweeps}: {len(result.trials)} processes in {time.perf_counter() - started:.0f} s, "
+            f"load {loadavg()}")
+    return {"verdicts": verdicts, "raw": raw, "processes": processes, "noise": noise, "results": results}
+
+
+def truth(work: Path, rounds: int, sizes: list[float]) -> dict[float, float]:
+    """The power changes' true throughput ratios: long processes (4x the windows), base and each size interleaved."""
+    plan = make_plan(**{**POWER_PLAN, "burst": {"repeats": 12}})
+    rates: dict[float, list[float]] = {0.0: [], **{s: [] for s in sizes}}
+    for r in range(rounds):
+        order = [0.0] + (sizes if r % 2 == 0 else sizes[::-1])
+        for size in order:
+            p = plan.model_copy(update={"workload_params": {"preprocess_ms": 0.5 * (1 + size / 100)}})
+            spec = make_spec(p, {}, f"truth {size:g}%", replicate=1 + r)
+            res = run_trial(spec, work / "truth" / f"r{r}_{size:g}")
+            if res.status != "ok":
+                raise CannotMeasure(f"truth run {size:g}%: {res.status}: {res.reason}")
+            rates[size].append(res.samples_per_s)
+        log(f"truth round {r + 1}/{rounds}: " + ", ".join(f"{s:g}%: {rates[s][-1]:.0f}/s" for s in rates)
+            + f", load {loadavg()}")
+    base = statistics.geometric_mean(rates[0.0])
+    return {s: statistics.geometric_mean(rates[s]) / base for s in sizes}
+
+
+def repeat_cost(work: Path) -> tuple[float, float, int]:
+    """Median fixed share (wall time less timed windows) of the sweeps' repeat processes and first processes, from
+    their trial.json (the sweep's own records drop the per-step rows)."""
+    rep, first = [], []
+    for path in work.glob("*/sweep*/trials/*/trial.json"):
+        result = TrialResult.model_validate_json(path.read_text())
+        spec = TrialSpec.model_validate_json((path.parent / "spec.json").read_text())
+        cost = fixed_cost(result)
+        if result.status == "ok" and cost["wall_s"] > 0:
+            (rep if spec.replicate > 0 else first).append(cost["fixed_share"])
+    return statistics.median(rep), statistics.median(first), len(rep)
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--aa-sweeps", type=int, default=4, help="A/A sweeps per condition (default 4)")
+    ap.add_argument("--aa-candidates", type=int, default=5, help="A/A candidates per sweep (default 5)")
+    ap.add_argument("--busy-on", type=float, default=20.0, help="busy seconds per cycle in the loaded A/A (20)")
+    ap.add_argument("--busy-off", type=float, default=20.0, help="idle seconds per cycle in the loaded A/A (20)")
+    ap.add_argument("--power-sweeps", type=int, default=10, help="sweeps of the power phase (default 10)")
+    ap.add_argument("--sizes", default="5,10", help="slow-downs of the power phase in percent (default 5,10)")
+    ap.add_argument("--truth-rounds", type=int, default=4, help="interleaved rounds of the true ratios (default 4)")
+    ap.add_argument("--phases", default="aa,busy,truth,power", help="which phases to run (default all)")
+    ap.add_argument("--out", default=None, help="working folder")
+    args = ap.parse_args(argv)
+    work = out_dir("verdicts", args.out)
+    phases = set(args.phases.split(","))
+    sizes = [float(s) for s in args.sizes.split(",")]
+    log(f"load before: {loadavg()}; working in {work}")
+    started = time.perf_counter()
+    found: dict[str, Any] = {}
+    try:
+        if "aa" in phases:
+            found["aa"] = aa_phase("aa-idle", args.aa_sweeps, args.aa_candidates, work, None)
+        if "busy" in phases:
+            found["busy"] = aa_phase("aa-busy", args.aa_sweeps, args.aa_candidates, work,
+                                     (args.busy_on, args.busy_off))
+        if "truth" in phases:
+            found["truth"] = truth(work, args.truth_rounds, sizes)
+        if "power" in phases:
+            power: dict[float, list] = {s: [] for s in sizes}
+            results = []
+            for s in range(args.power_sweeps):
+                variants = {f"slow{size:g}": {"preprocess_ms": 0.5 * (1 + size / 100)} for size in sizes}
+                result = sweep(POWER_PLAN, work / "power" / f"sweep{s}", variants)
+                results.append(result)
+                for t, size in zip(sorted(singles(result), key=lambda t: t.label), sorted(sizes, key=lambda x: f"{x:g}")):
+                    power[size].append(t)
+                    log(f"power sweep {s + 1}/{args.power_sweeps}: {describe(t)}")
+                log(f"power sweep {s + 1}: {len(result.trials)} processes, load {loadavg()}")
+            found["power"] = (power, results)
+    except CannotMeasure as exc:
+        print(f"cannot measure: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_MEASURE
+    print(f"\n== verdicts on real processes ({time.perf_counter() - started:.0f} s; load after {loadavg()}) ==")
+    all_results: list[SweepResult] = []
+    for key, what in (("aa", "idle"), ("busy", f"one core busy {args.busy_on:g} s of every "
+                                               f"{args.busy_on + args.busy_off:g} s")):
+        if key not in found:
+            continue
+        f = found[key]
+        all_results += f["results"]
+        alarms = sum(v in ("kept", "slower") for v in f["verdicts"])
+        counts = {v: f["verdicts"].count(v) for v in sorted(set(f["verdicts"]))}
+        print(f"A/A ({what}): {alarms} of {len(f['verdicts'])} called faster or slower (target <= 1 in 20); "
+              f"verdicts {counts}; before BH {dict((v, f['raw'].count(v)) for v in sorted(set(f['raw'])))}; "
+              f"processes per comparison median {statistics.median(f['processes']):g}; sweep noise "
+              f"{min(f['noise']):.1%}-{max(f['noise']):.1%}")
+    if "truth" in found:
+        print("true ratios (long interleaved processes): "
+              + ", ".join(f"+{s:g}% preprocess: x{r:.3f}" for s, r in found["truth"].items()))
+    if "power" in found:
+        power, results = found["power"]
+        all_results += results
+        for size, trials in power.items():
+            right = sum(t.verdict == "slower" for t in trials)
+            wrong = sum(t.verdict == "kept" for t in trials)
+            ratios = [t.vs_baseline.ratio for t in trials if t.vs_baseline]
+            runs = [t.vs_baseline.processes for t in trials if t.vs_baseline]
+            target = {5.0: "7 of 10", 10.0: "9 of 10"}.get(size, "-")
+            print(f"power, +{size:g}% preprocess: slower in {right} of {len(trials)} sweeps (target {target}), wrong "
+                  f"sign {wrong}; verdicts {dict((v, [t.verdict for t in trials].count(v)) for v in set(t.verdict for t in trials))}; "
+                  f"ratio median x{statistics.median(ratios):.3f}; processes median {statistics.median(runs):g}")
+        print(f"power sweeps' noise: {min(r.noise_sd for r in results):.1%}-{max(r.noise_sd for r in results):.1%}")
+    if all_results:
+        rep, first, n = repeat_cost(work)
+        print(f"cost: fixed share of a repeat process's wall time (mlp, default burst) median {rep:.0%} over {n} "
+              f"(target <= 25%); of a first process {first:.0%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
