@@ -176,6 +176,22 @@ def test_a_rank_killed_mid_burst_fails_the_trial_and_leaves_nothing(tmp_path, mo
     assert _leftovers(trial_dir) == []
 
 
+def test_a_rank_killed_by_a_signal_is_named_and_retried_on_resume(tmp_path, monkeypatch):
+    """A rank SIGKILLed by something other than perftune (a user, the OOM killer without evidence) fails the trial
+    with the signal named, and marks it for a retry on resume, as a one-process burst is (issue 15)."""
+    monkeypatch.setenv("PERFTUNE_TEST_KILL_RANK", "1")
+    monkeypatch.setenv("PERFTUNE_TEST_KILL_AFTER_STEPS", "3")
+    monkeypatch.setenv("PERFTUNE_TEST_KILL_SIGNAL", "1")
+    trial_dir = tmp_path / "signalled"
+    result = run_trial(make_spec(_plan(), {}, "workers=2"), trial_dir)
+    assert result.status == "failed"
+    assert "rank 1 died (the burst was killed by SIGKILL, a signal perftune did not send" in result.reason
+    assert result.retry_on_resume
+    assert "rank 1 is killed by SIGKILL" in result.log_tail
+    assert TrialResult.model_validate_json((trial_dir / "trial.json").read_text()).retry_on_resume
+    assert _leftovers(trial_dir) == []
+
+
 def test_two_nodes_on_loopback(tmp_path):
     """Two msrun launches of one local rank each (node_rank 0 and 1) meeting at one master on 127.0.0.1."""
     port = free_port("127.0.0.1")

@@ -275,6 +275,25 @@ def test_a_full_disk_is_one_line_exit_2(tmp_path):
             json.loads((mount / "out" / "results.json").read_text())
 
 
+def test_a_disk_that_filled_up_and_was_freed_resumes_to_a_complete_sweep(tmp_path):
+    """Full disk mid-sweep, room made, same command again: the sweep completes, nothing half-written is taken."""
+    plan = one_trial_plan(tmp_path)
+    with tmpfs(tmp_path / "filling", "64k") as mount:
+        out = mount / "out"
+        first = run_sweep_cli(plan, out, "--no-report")
+        assert first.exit_code == 2, first.output
+        assert "No space left on device" in first.stderr and first.stderr.count("\n") == 1
+        subprocess.run(["mount", "-o", "remount,size=256m", str(mount)], check=True)
+        again = run_sweep_cli(plan, out, "--no-report")
+        assert again.exit_code == 0, again.output
+        results = json.loads((out / "results.json").read_text())
+        assert results["status"] == "complete"
+        assert results["trials"] and all(t["result"]["status"] == "ok" for t in results["trials"])
+        for t in results["trials"]:
+            assert json.loads((out / "trials" / t["trial_id"] / "trial.json").read_text())["status"] == "ok"
+        assert not (out / ".perftune.lock").exists()
+
+
 def test_ctrl_c_while_the_report_is_written_exits_130(finished, tmp_path):
     copy = copy_of(finished, tmp_path / "copy")
     proc = subprocess.Popen([sys.executable, "-m", "perftune.cli", "report", str(copy)], cwd=REPO,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 import resource
+import signal
 import sys
 import time
 from pathlib import Path
@@ -160,6 +161,10 @@ class Burst:
         """One step.  ``sync=False`` (timed windows) does not read the loss back: the step is only dispatched, as in
         real training on an asynchronous backend; the window reads its losses back once at its end."""
         if self.kill_after is not None and self.steps_done >= self.kill_after:
+            if os.environ.get("PERFTUNE_TEST_KILL_SIGNAL") == "1":  # as the OOM killer or a user's kill -9 would
+                print(f"perftune: fault injection (PERFTUNE_TEST_KILL_RANK): rank {self.rank} is killed by SIGKILL "
+                      f"after {self.steps_done} steps", file=sys.stderr, flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
             print(f"perftune: fault injection (PERFTUNE_TEST_KILL_RANK): rank {self.rank} exits with code 9 after "
                   f"{self.steps_done} steps", file=sys.stderr, flush=True)
             os._exit(9)

@@ -64,12 +64,13 @@ from perftune.runner.process import (
     die_with_parent,
     kill_all,
     kill_group,
+    killed_from_outside,
     log_tail,
     process_tree,
     processes_of,
 )
 from perftune.runner.ranks import aggregate
-from perftune.runner.reaper import TrialProcesses
+from perftune.runner.reaper import TrialProcesses, oom_kills
 
 POLL_S = 0.2
 PORT_ATTEMPTS = 3  # a port picked free can be taken before msrun's scheduler binds it: pick another and retry
@@ -160,6 +161,7 @@ class _Outcome:
     port_in_use: bool = False
     exit_code: Optional[int] = None  # of the dead rank (rank_died) or of msrun (msrun_exited), where known
     dead: tuple[int, ...] = ()  # rank_died: every rank found dead without a result in the same look
+    oom_kills: Optional[int] = None  # the cgroup's out-of-memory kills during this attempt (None: not readable)
 
 
 def run_distributed(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> TrialResult:
@@ -202,6 +204,7 @@ def _run_once(spec: TrialSpec, trial_dir: Path, cluster: Cluster, port: int,
     env["PERFTUNE_SCHEDULER"] = "1" if cluster.runs_scheduler else "0"
     cmd = msrun_command(cluster, port, trial_dir, timeout_s)
     deadline = time.perf_counter() + max(timeout_s, 1.0)
+    ooms_before = oom_kills()
     with open(trial_dir / LOG_NAME, "ab") as log:
         log.write(f"$ {' '.join(cmd)}\n".encode())
         log.flush()
@@ -216,6 +219,9 @@ def _run_once(spec: TrialSpec, trial_dir: Path, cluster: Cluster, port: int,
                 codes = watch.exit_codes(outcome.dead or (outcome.rank,))
                 outcome.rank = next((r for r, c in codes.items() if c is not None), outcome.rank)
                 outcome.exit_code = codes.get(outcome.rank)
+                ooms_after = oom_kills()
+                if ooms_before is not None and ooms_after is not None:
+                    outcome.oom_kills = ooms_after - ooms_before
             elif outcome.kind == "msrun_exited":
                 outcome.exit_code = proc.returncode
         finally:  # also on Ctrl-C: nothing of this trial may outlive it
@@ -356,14 +362,21 @@ def _result_of(spec: TrialSpec, trial_dir: Path, cluster: Cluster, port: int, ou
     if outcome.kind == "rank_died":
         r = outcome.rank
         code = outcome.exit_code
+        retry = False
         if code is None:
             how = "with an unknown exit code"
             status = "failed"
         else:
-            status, how = classify_exit(code, rank_log(r))
-            how = f"({how})" if status == "oom" else f"with exit code {code}"
-        return bare(status, f"rank {r} died {how} before writing its result; the other ranks were stopped",
-                    log_tail(rank_log(r)))
+            ooms = outcome.oom_kills
+            status, why = classify_exit(code, rank_log(r), ooms)
+            # killed by a signal perftune did not send (a user's kill, the OOM killer without evidence): not a
+            # property of the configuration, so a resume measures it again, as for a one-process burst
+            retry = killed_from_outside(code, status)
+            how = f"({why})" if status == "oom" or retry else f"with exit code {code}"
+        result = bare(status, f"rank {r} died {how} before writing its result; the other ranks were stopped",
+                      log_tail(rank_log(r)))
+        result.retry_on_resume = retry
+        return result
     if outcome.kind == "timeout":
         waiting = [r for r in cluster.local_ranks if r not in local]
         tails = "\n".join(f"-- rank {r} ({rank_log_name(r)}):\n{log_tail(rank_log(r), lines=8)}"
