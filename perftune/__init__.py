@@ -12,7 +12,7 @@ def load_results(path):
 
 #: measuring a training job from inside it (``perftune/burst/callback.py``); loaded on first use, so that
 #: ``import perftune`` does not import MindSpore
-_LAZY = {"Callback": "Callback", "steps": "steps", "loss": "loss"}
+_LAZY = {"Callback": "Callback", "steps": "steps", "loss": "loss", "metric": "metric"}
 
 
 def __getattr__(name):

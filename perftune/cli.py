@@ -305,7 +305,8 @@ def compare_command(old: Path, new: Path, threshold_text: str, metric: str, mark
 @click.argument("results_dir", type=click.Path(file_okay=False, path_type=Path))
 @user_errors
 def report_command(results_dir: Path) -> None:
-    """Write RESULTS_DIR/report.html (one self-contained file) from a sweep's RESULTS_DIR/results.json."""
+    """Write RESULTS_DIR/report.html (one self-contained file) from a sweep's RESULTS_DIR/results.json, or from
+    the trial.json of one measurement (a hand-added perftune.Callback's folder)."""
     from perftune.report import write_report
 
     click.echo(write_report(results_dir))

@@ -263,6 +263,19 @@ def test_model_knobs_reach_the_scripts_model(scripts):
     assert result.applied["script_asked"]["Model"] == [{"amp_level": "O0", "loss_scale_manager": None}]
 
 
+def test_model_fit_validation_reaches_the_gate_at_equal_samples(scripts):
+    """``Model.fit(valid_dataset=...)``: perftune's callback goes into fit too, and the script's validation runs once,
+    at the accuracy window's end, its metrics (Model's own ``accuracy`` and ``loss``) in the trial's accuracy."""
+    path = write_plan(scripts, "fit", args=("--epochs", "5", "--samples", "1024", "--fit"))
+    result, _ = one_burst(scripts, path, "fit")
+    assert result.status == "ok", result.reason
+    acc = result.accuracy
+    assert acc.val_metrics_samples == acc.samples_seen == ACCURACY_SAMPLES
+    assert set(acc.val_metrics) == {"accuracy", "loss"} and acc.val_loss == acc.val_metrics["loss"]
+    assert result.applied["script_asked"]["Model.train"][0]["method"] == "fit"
+    assert len(result.windows) == 2
+
+
 def test_a_custom_loop_with_the_two_lines(scripts):
     path = write_plan(scripts, "loop", script="custom_loop.py", args=("--epochs", "20"),
                       baseline={"batch_size": 32, "mode": "graph"}, burst={**BURST, "profile_steps": 0})
@@ -272,6 +285,10 @@ def test_a_custom_loop_with_the_two_lines(scripts):
     acc = result.accuracy
     assert acc.samples_seen == ACCURACY_SAMPLES and acc.updates == 4 and acc.train_loss is not None
     assert all(s.loss is not None for s in result.steps)
+    # the loop's own validation (perftune.metric every 4 steps): the report at the accuracy window's end is kept
+    assert acc.val_metrics_samples == ACCURACY_SAMPLES
+    assert set(acc.val_metrics) == {"val_loss", "accuracy"} and acc.val_loss == acc.val_metrics["val_loss"]
+    assert 0.0 <= acc.val_metrics["accuracy"] <= 1.0
     # a Model knob cannot reach a custom loop: refused at the loop's first step, with the reason
     refused, _ = one_burst(scripts, path, "loop-amp", {"amp_level": "O2"})
     assert refused.status == "unsupported" and refused.reason.startswith(
@@ -318,6 +335,15 @@ def test_the_callback_by_hand_writes_a_trial_that_compare_reads(tmp_path):
     assert result.profile is not None and result.profile.splits is not None, result.profile
     compare = CliRunner().invoke(main, ["compare", str(tmp_path / "a"), str(tmp_path / "a")])
     assert compare.exit_code == 0, compare.output
+    # and `perftune report DIR` reads the lone trial folder: the job is the report's one configuration
+    report = CliRunner().invoke(main, ["report", str(tmp_path / "a")])
+    assert report.exit_code == 0, report.output
+    html = (tmp_path / "a" / "report.html").read_text()
+    assert "job.py" in html and f"{result.samples_per_s:.1f}" in html
+    assert 'alt="Time splits' in html or "Time splits" in html
+    trace = result.profile.trace_file
+    if trace:
+        assert f'href="{trace}"' in html and (tmp_path / "a" / trace).is_file()
 
 
 def test_import_perftune_stays_light_and_the_two_lines_do_nothing_outside_a_burst():

@@ -98,3 +98,21 @@ def test_gate_per_metric_tolerances_and_repetition():
     assert check(acc(**lm), acc(repetition_rate=0.15), gate).ok
     bad = check(acc(**lm), acc(repetition_rate=0.6), gate)
     assert not bad.ok and "repetition rate" in bad.reason
+
+
+def test_gate_judges_a_scripts_own_validation_metrics_by_their_direction():
+    """A script's ``Model.eval``/``perftune.metric`` figures: losses may not rise, accuracies may not fall, beyond
+    the tolerance, and only figures measured at the same samples seen are compared."""
+    base = acc(val_metrics={"accuracy": 0.80, "top_5_error": 0.10}, val_metrics_samples=128)
+    gate = AccuracyGate(rel_tolerance=0.05)
+    same = check(base, acc(val_metrics={"accuracy": 0.79, "top_5_error": 0.104}, val_metrics_samples=128), gate)
+    assert same.ok and same.changes["val:accuracy"] == pytest.approx(0.79 / 0.80 - 1)
+    better = check(base, acc(val_metrics={"accuracy": 0.95, "top_5_error": 0.02}, val_metrics_samples=128), gate)
+    assert better.ok
+    fell = check(base, acc(val_metrics={"accuracy": 0.70, "top_5_error": 0.10}, val_metrics_samples=128), gate)
+    assert not fell.ok and fell.reason.startswith("the script's accuracy 0.7 vs baseline 0.8: -12.5% (tolerance "
+                                                  "5.0% down, at 128 samples seen)")
+    rose = check(base, acc(val_metrics={"accuracy": 0.80, "top_5_error": 0.2}, val_metrics_samples=128), gate)
+    assert not rose.ok and "the script's top_5_error" in rose.reason and "up" in rose.reason
+    elsewhere = check(base, acc(val_metrics={"accuracy": 0.10}, val_metrics_samples=96), gate)
+    assert elsewhere.ok and "val:accuracy" not in elsewhere.changes

@@ -1,6 +1,6 @@
 """A custom training loop (value_and_grad, no Model.train), made measurable by perftune with two lines: the loop
-goes over ``perftune.steps(...)`` and the step's loss goes to ``perftune.loss(...)``.  Outside a burst both do
-nothing, so the script still runs on its own:
+goes over ``perftune.steps(...)`` and the step's loss goes to ``perftune.loss(...)``; its own validation may go to
+``perftune.metric(...)`` too.  Outside a burst they do nothing, so the script still runs on its own:
 
     python custom_loop.py --epochs 1
 """
@@ -21,6 +21,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--samples", type=int, default=512)
+    parser.add_argument("--validate-every", type=int, default=4, help="steps between validations")
     args = parser.parse_args()
 
     rng = np.random.default_rng(0)
@@ -43,10 +44,21 @@ def main():
         optimizer(grads)
         return loss
 
+    x_val = rng.normal(size=(256, 16)).astype(np.float32)
+    y_val = (x_val.sum(axis=1, keepdims=True) > 0).astype(np.float32)
+
+    def validate():
+        logits = network(ms.Tensor(x_val))
+        return float(loss_fn(logits, ms.Tensor(y_val)).asnumpy()), float(((logits.asnumpy() > 0) == y_val).mean())
+
     for epoch in range(args.epochs):
-        for inputs, labels in perftune.steps(data.create_tuple_iterator()):  # perftune line 1
+        for step, (inputs, labels) in enumerate(perftune.steps(data.create_tuple_iterator())):  # perftune line 1
             loss = train_step(inputs, labels)
             perftune.loss(loss)  # perftune line 2
+            if step % args.validate_every == args.validate_every - 1:
+                val_loss, val_acc = validate()
+                perftune.metric("val_loss", val_loss)  # optional: the script's own validation reaches the gate
+                perftune.metric("accuracy", val_acc)
         print(f"epoch {epoch}: loss {float(loss.asnumpy()):.4f}", flush=True)
 
 

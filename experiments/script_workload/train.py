@@ -26,10 +26,12 @@ CONFIG = {"decode_workers": None}  # None: the dataset config's value (the one p
 class ToyImages:
     """A random-access source of (image, label) rows: 8x8 "images" whose class is a noisy function of the pixels."""
 
-    def __init__(self, n, seed=0):
+    def __init__(self, n, seed=0, held_out=0):
         rng = np.random.default_rng(seed)
         self.images = rng.normal(size=(n, 64)).astype(np.float32)
         w = rng.normal(size=(64, 10)).astype(np.float32)
+        if held_out:  # other images of the same task: a validation set
+            self.images = np.random.default_rng(seed + 1).normal(size=(held_out, 64)).astype(np.float32)
         self.labels = (self.images @ w).argmax(axis=1).astype(np.int32)
 
     def __getitem__(self, i):
@@ -61,8 +63,8 @@ class StepCounter(Callback):
         print(f"StepCounter: {self.steps} steps in {time.time() - self.started:.1f} s", flush=True)
 
 
-def build_dataset(batch_size, samples, pin_workers):
-    data = ds.GeneratorDataset(ToyImages(samples), column_names=["image", "label"], shuffle=False)
+def build_dataset(batch_size, samples, pin_workers, held_out=0):
+    data = ds.GeneratorDataset(ToyImages(samples, held_out=held_out), column_names=["image", "label"], shuffle=False)
     workers = 1 if pin_workers else CONFIG["decode_workers"]
     data = data.map(operations=slow_decode, input_columns=["image", "label"], num_parallel_workers=workers)
     return data.batch(batch_size, drop_remainder=True)
@@ -76,6 +78,7 @@ def main():
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--log-every", type=int, default=20, help="LossMonitor's period in steps")
     parser.add_argument("--pin-decode-workers", action="store_true", help="num_parallel_workers=1 on the map")
+    parser.add_argument("--fit", action="store_true", help="train with Model.fit, validating on held-out samples")
     parser.add_argument("--fail", choices=["raise", "exit", "no-train"], help="(tests) fail the way a script can")
     args = parser.parse_args()
 
@@ -92,10 +95,15 @@ def main():
     network = nn.SequentialCell(nn.Dense(64, 128), nn.ReLU(), nn.Dense(128, 10))
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     optimizer = nn.Momentum(network.trainable_params(), learning_rate=args.lr, momentum=0.9)
-    model = Model(network, loss_fn=loss, optimizer=optimizer, metrics={"accuracy"})
+    model = Model(network, loss_fn=loss, optimizer=optimizer, metrics={"accuracy", "loss"})
     dataset = build_dataset(args.batch_size, args.samples, args.pin_decode_workers)
     counter = StepCounter()
-    model.train(args.epochs, dataset, callbacks=[LossMonitor(args.log_every), TimeMonitor(), counter])
+    callbacks = [LossMonitor(args.log_every), TimeMonitor(), counter]
+    if args.fit:  # validation after every epoch (under perftune: once, at the accuracy window's end)
+        valid = build_dataset(args.batch_size, args.samples, args.pin_decode_workers, held_out=256)
+        model.fit(args.epochs, dataset, valid_dataset=valid, callbacks=callbacks)
+    else:
+        model.train(args.epochs, dataset, callbacks=callbacks)
     print(f"trained {counter.steps} steps", flush=True)
     ms.save_checkpoint(network, "toy.ckpt")
 

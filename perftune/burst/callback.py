@@ -192,3 +192,13 @@ def loss(value: Any) -> Any:
     """``perftune.loss(loss)``: the step's loss for the burst's accuracy gate (returns ``value`` unchanged)."""
     _active["loss"] = value
     return value
+
+
+def metric(name: str, value: Any) -> Any:
+    """``perftune.metric(name, value)``: a validation figure the script computed itself (a custom loop's evaluation,
+    or one outside ``Model.fit``).  Reported before the burst's timed windows, it reaches the accuracy gate, compared
+    at equal samples seen; outside a burst it does nothing.  Returns ``value`` unchanged."""
+    meter = active_meter()
+    if meter is not None:
+        meter.metric(name, value)
+    return value

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from perftune.burst import contention
 from perftune.burst.failures import one_line
@@ -52,6 +52,15 @@ def loss_value(loss: Any) -> Optional[float]:
     return finite_or_none(value)
 
 
+def _figure(value: Any) -> tuple[bool, Optional[float]]:
+    """(is it one number, its value or None where NaN/Inf)."""
+    try:
+        number = float(value.asnumpy()) if hasattr(value, "asnumpy") else float(value)
+    except (TypeError, ValueError):
+        return False, None
+    return True, finite_or_none(number)
+
+
 class Meter:
     def __init__(self, spec: TrialSpec, out_dir: Path, result: Optional[TrialResult] = None):
         self.spec = spec
@@ -77,6 +86,10 @@ class Meter:
         self.sink_steps = 0  # steps that arrived several per call (dataset_sink_mode)
         self.session = None
         self.loop_refusal: Optional[str] = None  # why a custom loop cannot run this trial (set by the script burst)
+        #: the script's validation, run once at the accuracy window's end (``Model.fit``'s valid_dataset)
+        self.evaluate: Optional[Callable[[], dict]] = None
+        self.val_metrics: dict[str, float] = {}
+        self.val_metrics_samples: Optional[int] = None
         self.done = False
         self.started_wall = time.perf_counter()
 
@@ -141,6 +154,9 @@ class Meter:
             self.result.compile_ms = self.in_phase[0].step_ms
             self.result.accuracy = training_accuracy(self.in_phase, self.samples_seen, self.spec.lr_scale,
                                                      with_norms=False)
+            if self.evaluate is not None:
+                self.validate()
+            self.attach_metrics()
             if not b.warmup_steps:
                 self.calibrate()
             self.next_phase("warmup" if b.warmup_steps else "timed")
@@ -161,6 +177,46 @@ class Meter:
         elif self.phase == "profiled" and len(self.in_phase) >= b.profile_steps:
             self.close_profile()
             self.next_phase("done")
+
+    # -- the script's own validation -----------------------------------------------------------------------------
+    def metric(self, name: str, value: Any) -> None:
+        """``perftune.metric``: a validation figure the script computed.  Kept when reported before the timed
+        windows (in the accuracy window or warm-up; the last report of a name wins), with the samples seen then:
+        the gate compares two trials' figures only at equal samples seen."""
+        numeric, figure = _figure(value)
+        if self.phase not in ("accuracy", "warmup") or self.done or not numeric:
+            return
+        self.val_metrics[str(name)] = figure
+        # reported inside a step (a callback before ours, or a custom loop before it fetches the next batch): that
+        # step's batch is already trained on
+        in_step = self.begin_t is not None and self.records
+        self.val_metrics_samples = self.samples_seen + (self.samples_of(self.records[-1]) if in_step else 0)
+        self.attach_metrics()
+
+    def validate(self) -> None:
+        """Run the script's validation once, at the accuracy window's end (not timed: the next step's time starts
+        after it)."""
+        try:
+            figures = self.evaluate() or {}
+        except Exception as exc:  # noqa: BLE001 - the speed figures stand without it
+            self.result.notes.append(Note(kind="warning", text=f"the script's validation failed: {one_line(exc)}"))
+            return
+        for name, value in figures.items():
+            numeric, figure = _figure(value)
+            if numeric:  # a metric that is not one number (a confusion matrix) is not a gate's figure
+                self.val_metrics[str(name)] = figure
+        self.val_metrics_samples = self.samples_seen
+
+    def attach_metrics(self) -> None:
+        acc = self.result.accuracy
+        if acc is None or not self.val_metrics:
+            return
+        acc.val_metrics = {k: v for k, v in self.val_metrics.items() if v is not None}
+        acc.val_metrics_samples = self.val_metrics_samples
+        loss = self.val_metrics.get("loss", self.val_metrics.get("val_loss"))
+        acc.val_loss = loss
+        if any(v is None for v in self.val_metrics.values()):
+            acc.nonfinite = True
 
     def calibrate(self) -> None:
         """``burst.min_window_s``: as many steps per window as that takes (``summary.calibrated_window_steps``)."""

@@ -150,6 +150,7 @@ class ScriptHooks:
             self.patch(owner, "set_device", set_device)
         self.patch(Model, "__init__", self.wrap_init(Model.__init__))
         self.patch(Model, "train", self.wrap_train(Model.train))
+        self.patch(Model, "fit", self.wrap_train(Model.fit))  # fit trains through Model._train, not Model.train
 
     def remove(self) -> None:
         for owner, name, original in reversed(self.originals):
@@ -193,7 +194,8 @@ class ScriptHooks:
             arguments = signature.bind(model, *args, **kwargs).arguments
             arguments.pop("self", None)
             hooks.asked["Model.train"].append({"epoch": printable(arguments.get("epoch")),
-                                               "dataset_sink_mode": arguments.get("dataset_sink_mode", False)})
+                                               "dataset_sink_mode": arguments.get("dataset_sink_mode", False),
+                                               **({"method": "fit"} if original.__name__ == "fit" else {})})
             if hooks.meter.done:  # the burst already has its steps: a later train call of the script is skipped
                 raise BurstDone()
             if not hooks.pipeline:
@@ -204,6 +206,9 @@ class ScriptHooks:
             callbacks = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) \
                 else [callbacks]
             arguments["callbacks"] = callbacks + [hooks.make_callback()]  # last: its step time holds theirs
+            valid = arguments.get("valid_dataset")  # Model.fit: the script's validation, run at equal samples seen
+            if valid is not None and hooks.meter.evaluate is None:
+                hooks.meter.evaluate = lambda: model.eval(valid, dataset_sink_mode=False)
             hooks.trained = True
             out = original(model, **arguments)
             if hooks.meter.done:

@@ -15,6 +15,8 @@ from perftune.io.plan import ACCURACY_METRICS, AccuracyGate
 from perftune.io.records import Accuracy
 
 DEFAULT_REPETITION_TOLERANCE = 0.10  # absolute increase in the share of repeated 3-grams
+#: a script metric whose name holds one of these is better when lower
+LOWER_IS_BETTER = ("loss", "error", "err", "perplexity", "mse", "mae", "rmse", "wer", "cer")
 
 
 @dataclass
@@ -80,6 +82,31 @@ def unjudged(baseline: Accuracy, gate: AccuracyGate) -> dict[str, str]:
     return out
 
 
+def lower_is_better(name: str) -> bool:
+    """A script's own metric: losses and errors should fall, everything else (accuracy, F1, top-k) rise."""
+    lowered = name.lower()
+    return any(word in lowered for word in LOWER_IS_BETTER)
+
+
+def _script_metrics(baseline: Accuracy, candidate: Accuracy, tol: float, changes: dict) -> str:
+    """Why the script's own validation figures refuse ``candidate`` ("" when they do not): each figure both trials
+    have, measured at equal samples seen, may worsen by at most ``tol`` (relative).  Adds their changes as
+    ``val:NAME``."""
+    if candidate.val_metrics_samples != baseline.val_metrics_samples:
+        return ""
+    for name in sorted(set(baseline.val_metrics) & set(candidate.val_metrics)):
+        b, c = baseline.val_metrics[name], candidate.val_metrics[name]
+        change = _rel(c, b)
+        changes[f"val:{name}"] = change
+        if change is None:
+            continue
+        worse = change if lower_is_better(name) else -change
+        if worse > tol:
+            return (f"the script's {name} {c:.4g} vs baseline {b:.4g}: {change:+.1%} (tolerance {tol:.1%} "
+                    f"{'up' if lower_is_better(name) else 'down'}, at {candidate.val_metrics_samples} samples seen)")
+    return ""
+
+
 def check(baseline: Accuracy, candidate: Optional[Accuracy], gate: AccuracyGate) -> GateResult:
     """``candidate`` against ``baseline`` under the plan's ``gate``."""
     if candidate is None:
@@ -105,6 +132,9 @@ def check(baseline: Accuracy, candidate: Optional[Accuracy], gate: AccuracyGate)
             return GateResult(False, f"{metric} {getattr(candidate, metric):.4g} vs baseline "
                                      f"{getattr(baseline, metric):.4g}: +{change:.1%} (tolerance {tol:.1%})"
                                      f"{_window(baseline, candidate)}", changes)
+    refused = _script_metrics(baseline, candidate, gate.rel_tolerance, changes)
+    if refused:
+        return GateResult(False, refused + _window(baseline, candidate), changes)
     rep_tol = gate.tolerances.get("repetition_rate", DEFAULT_REPETITION_TOLERANCE)
     rep = changes.get("repetition_rate")
     if rep is not None and rep > rep_tol:

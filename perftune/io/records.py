@@ -177,6 +177,10 @@ class Accuracy(Record):
     repetition_rate: Optional[float] = None  # share of repeated n-grams in a greedy sample (language models)
     sample_text: Optional[str] = None
     loss_curve: list[tuple[int, float]] = Field(default_factory=list)  # (samples seen, training loss)
+    #: a script's own validation (``Model.fit``'s ``valid_dataset`` evaluated at the accuracy window's end, or
+    #: ``perftune.metric(name, value)``), name -> value, measured after ``val_metrics_samples`` samples seen
+    val_metrics: dict[str, float] = Field(default_factory=dict)
+    val_metrics_samples: Optional[int] = None
 
 
 class Environment(Record):

@@ -15,20 +15,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from perftune.errors import UserError
-from perftune.io.files import RESULTS_NAME
+from perftune.io.files import RESULTS_NAME, TRIAL_NAME
 from perftune.io.store import write_text_atomic
 
 REPORT_NAME = "report.html"
 
 
 def write_report(out_dir: Path) -> Path:
-    """Write ``out_dir/report.html`` from ``out_dir/results.json`` and return its path."""
+    """Write ``out_dir/report.html`` from ``out_dir/results.json`` (a sweep) or ``out_dir/trial.json`` (one
+    measurement: a hand-added ``perftune.Callback``'s folder) and return its path."""
     from perftune.report.html import build_context, render
     from perftune.report.load import load_folder
 
     out_dir = Path(out_dir)
-    if not (out_dir / RESULTS_NAME).is_file():
-        what = "no such folder" if not out_dir.exists() else "no results.json in it (not a perftune sweep folder)"
+    if not (out_dir / RESULTS_NAME).is_file() and not (out_dir / TRIAL_NAME).is_file():
+        what = "no such folder" if not out_dir.exists() else \
+            "no results.json or trial.json in it (not a perftune sweep or trial folder)"
         raise UserError(f"{out_dir}: {what}")
     html = render(build_context(load_folder(out_dir)))
     path = out_dir / REPORT_NAME

@@ -7,12 +7,15 @@ report says the curve is missing instead.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
 from perftune.errors import UserError
-from perftune.io.files import TRIAL_NAME, TRIALS_DIR, read_sweep, read_trial
+from perftune.io.files import RESULTS_NAME, TRIAL_NAME, TRIALS_DIR, read_sweep, read_trial
+from perftune.io.plan import Plan
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult, SweepTrial
 
@@ -24,6 +27,11 @@ class SweepFolder:
     #: first appearance of each trial id, in sweep order (leave-one-out rows may reuse a decided trial)
     trials: list[SweepTrial] = field(default_factory=list)
     _full: dict[str, Optional[TrialResult]] = field(default_factory=dict)
+    #: trial id -> its folder relative to ``out_dir`` (default ``trials/<id>``; a lone trial folder is its own)
+    trial_dirs: dict[str, str] = field(default_factory=dict)
+
+    def trial_dir(self, trial_id: str) -> str:
+        return self.trial_dirs.get(trial_id, f"{TRIALS_DIR}/{trial_id}")
 
     @property
     def by_id(self) -> dict[str, SweepTrial]:
@@ -33,7 +41,7 @@ class SweepFolder:
         """``trials/<id>/trial.json`` (with per-step rows), or None when it is missing or unreadable."""
         if trial_id not in self._full:
             try:
-                self._full[trial_id] = read_trial(self.out_dir / TRIALS_DIR / trial_id / TRIAL_NAME)
+                self._full[trial_id] = read_trial(self.out_dir / self.trial_dir(trial_id) / TRIAL_NAME)
             except UserError:
                 self._full[trial_id] = None
         return self._full[trial_id]
@@ -55,13 +63,35 @@ class SweepFolder:
         profile = trial.result.profile
         if profile is None or not profile.trace_file:
             return None
-        return f"{TRIALS_DIR}/{trial.trial_id}/{profile.trace_file}"
+        folder = self.trial_dir(trial.trial_id)
+        return f"{folder}/{profile.trace_file}" if folder else profile.trace_file
 
 
 def load_folder(out_dir: Path) -> SweepFolder:
     out_dir = Path(out_dir)
+    if not (out_dir / RESULTS_NAME).is_file() and (out_dir / TRIAL_NAME).is_file():
+        return lone_trial(out_dir)
     result = read_sweep(out_dir)
     seen: dict[str, SweepTrial] = {}
     for t in result.trials:
         seen.setdefault(t.trial_id, t)
     return SweepFolder(out_dir=out_dir, result=result, trials=list(seen.values()))
+
+
+def lone_trial(out_dir: Path) -> SweepFolder:
+    """A folder holding one ``trial.json`` and no sweep (a hand-added ``perftune.Callback(out=DIR)``, or one trial
+    folder of a sweep): reported as a sweep of that one measurement, its reference."""
+    trial = read_trial(out_dir / TRIAL_NAME)
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(trial.workload).replace("script:", "")).strip("-.")[:80] or "job"
+    plan = Plan(name=name if name[0].isalnum() else f"job-{name}"[:80], workload=trial.workload,
+                device=trial.device if trial.device in ("CPU", "GPU", "Ascend") else "CPU", burst=trial.burst)
+    stamp = datetime.fromtimestamp((out_dir / TRIAL_NAME).stat().st_mtime, timezone.utc).isoformat(timespec="seconds")
+    verdict = "baseline" if trial.status == "ok" else trial.status
+    row = SweepTrial(trial_id=trial.trial_id, label="baseline", kind="baseline", verdict=verdict,
+                     reason=trial.reason or "", result=trial.model_copy(update={"steps": []}))
+    result = SweepResult(plan=plan, command=f"measured by perftune.Callback: {trial.workload}", status="complete",
+                         started_utc=stamp, finished_utc=stamp, trials=[row], environment=trial.environment,
+                         best_label="baseline" if trial.status == "ok" else None,
+                         best_trial_id=trial.trial_id if trial.status == "ok" else None)
+    return SweepFolder(out_dir=out_dir, result=result, trials=[row], _full={trial.trial_id: trial},
+                       trial_dirs={trial.trial_id: ""})

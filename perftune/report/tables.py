@@ -50,9 +50,18 @@ def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
     if metric != "perplexity":  # as the gate's metric it is there already, language model or not
         row["perplexity"] = lm.perplexity(r)
     row["repetition_rate"] = lm.repetition(r)
+    row["script_validation"] = validation_text(acc)
     row["reason"] = reason_text(trial.reason, (trial.vs_baseline, trial.vs_previous))
     row["trial_id"] = trial.trial_id
     return row
+
+
+def validation_text(acc) -> Optional[str]:
+    """A script's own validation figures in one cell (``accuracy 0.812, loss 0.53 @128``); None without any."""
+    if acc is None or not acc.val_metrics:
+        return None
+    figures = ", ".join(f"{name} {value:.4g}" for name, value in sorted(acc.val_metrics.items()))
+    return f"{figures} @{acc.val_metrics_samples}"
 
 
 def _by_id(result: SweepResult) -> dict[str, SweepTrial]:
@@ -106,6 +115,7 @@ OPTIONAL_COLUMNS = [
     ("recompute ms (of bwd)", "recompute_ms", ".2f", "data / fwd / bwd / opt / comm / other ms"),
     ("perplexity", "perplexity", ".2f", "change"),
     ("repetition", "repetition_rate", ".2f", "change"),
+    ("script's validation", "script_validation", "s", "change"),
 ]
 
 
