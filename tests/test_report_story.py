@@ -18,7 +18,7 @@ import pytest
 from perftune.io.files import read_sweep
 from perftune.report import write_report
 from perftune.report.figures import loss_plot
-from perftune.report.format import speed_text, time_ratio_text, verdict_counts
+from perftune.report.format import count_word, speed_text, time_ratio_text, verdict_counts
 from perftune.report.notes import bottleneck_note, tried_changes
 from perftune.report.summary import sweep_summary, trial_summary
 from perftune.report.tables import markdown_report
@@ -62,8 +62,9 @@ def test_counts_by_verdict_are_the_tables_words(rendered):
     sample, html = rendered
     result = read_sweep(sample)
     firsts = list({t.trial_id: t for t in reversed(result.trials)}.values())[::-1]
-    counts = verdict_counts([t.verdict for t in firsts])
+    counts = verdict_counts([count_word(t.kind, t.verdict) for t in firsts])
     assert ("undecided", 2) in counts and ("slower", 1) in counts  # the committed sample's verdicts
+    assert ("repeat", 15) in counts and "measured" not in dict(counts)  # repeat processes are not configurations
     card = re.search(r'id="trial-counts">(.*?)</div>', html, re.S).group(1)
     text = re.sub(r"<[^>]+>", "", card)
     assert text.startswith(f"{len(firsts)} trials run:")

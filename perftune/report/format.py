@@ -66,6 +66,16 @@ def verdict_counts(verdicts: list[str]) -> list[tuple[str, int]]:
     return list(counts.items())
 
 
+#: what a process that carries no decision of its own is counted as (its verdict is only "measured")
+PROCESS_WORDS = {"repeat": "repeat", "leave_one_out": "leave-one-out"}
+
+
+def count_word(kind: str, verdict: str) -> str:
+    """A trial's word in the counts: its verdict, or what it is for where its verdict says only "measured" (a
+    candidate's repeat process, a leave-one-out row), so that "15 measured" does not read as 15 configurations."""
+    return PROCESS_WORDS.get(kind, verdict) if verdict == "measured" else verdict
+
+
 _RATIO_CI = re.compile(r"x(\d+\.\d+) \[(\d+\.\d+), (\d+\.\d+)\]")
 
 

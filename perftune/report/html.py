@@ -22,7 +22,7 @@ from perftune.io.records import PHASES
 from perftune.io.sweep_records import FAILED_VERDICTS, SweepTrial
 from perftune.report import figures, language
 from perftune.report.extra import extra_context
-from perftune.report.format import num, speed_text, step_text, verdict_counts
+from perftune.report.format import count_word, num, speed_text, step_text, verdict_counts
 from perftune.report.load import SweepFolder
 from perftune.report.notes import bottleneck_note, tried_changes
 from perftune.report.ops import top_op_rows
@@ -125,7 +125,7 @@ def _per_trial_frame(folder: SweepFolder, singles: pd.DataFrame, ablation: pd.Da
 # -- sections --------------------------------------------------------------------------------------------------------
 def _counts(folder: SweepFolder) -> dict:
     """Trials by verdict, in the words the tables use (first appearance order); nothing is lumped together."""
-    verdicts = [t.verdict for t in folder.trials]
+    verdicts = [count_word(t.kind, t.verdict) for t in folder.trials]
     return {
         "run": len(folder.trials),
         "by_verdict": [{"verdict": v, "n": n, "class": verdict_class(v)} for v, n in verdict_counts(verdicts)],

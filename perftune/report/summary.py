@@ -8,7 +8,7 @@ from perftune.engine import lm
 from perftune.io.files import RESULTS_NAME
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult
-from perftune.report.format import mb, reason_text, speed_text, time_ratio_text, verdict_counts
+from perftune.report.format import count_word, mb, reason_text, speed_text, time_ratio_text, verdict_counts
 from perftune.report.language import gate_cannot_judge
 from perftune.report.format import num as format_num
 
@@ -98,7 +98,7 @@ def comparison_lines(result: SweepResult) -> list[str]:
 def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) -> str:
     lines = []
     trials = list({t.trial_id: t for t in reversed(result.trials)}.values())[::-1]  # first appearance of each id
-    counts = verdict_counts([t.verdict for t in trials])
+    counts = verdict_counts([count_word(t.kind, t.verdict) for t in trials])
     reused = sum(1 for t in trials if t.reused)
     lines.append(f"{len(trials)} trials ({', '.join(f'{n} {v}' for v, n in counts)})"
                  + (f", {reused} reused from an earlier run" if reused else "")
