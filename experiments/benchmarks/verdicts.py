@@ -30,16 +30,18 @@ import argparse
 import hashlib
 import statistics
 import subprocess
+from collections import Counter
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from _common import CannotMeasure, EXIT_CANNOT_MEASURE, fixed_cost, loadavg, log, make_plan, out_dir
 
 from perftune.engine.specs import make_spec
 from perftune.engine.sweep import Sweep
+from perftune.io.files import read_sweep
 from perftune.io.records import TrialResult, TrialSpec
 from perftune.io.sweep_records import SweepResult
 from perftune.runner import run_trial
@@ -132,12 +134,7 @@ def describe(t) -> str:
             f"noise {c.noise_sd:.1%}, {c.contended} contended")
 
 
-def aa_phase(name: str, sweeps: int, candidates: int, work: Path, busy: Optional[tuple[float, float]]) -> dict:
-    verdicts: list[str] = []
-    raw: list[str] = []
-    processes: list[int] = []
-    noise: list[float] = []
-    results: list[SweepResult] = []
+def aa_phase(name: str, sweeps: int, candidates: int, work: Path, busy: Optional[tuple[float, float]]) -> None:
     for s in range(sweeps):
         variants = {f"aa{k + 1}": None for k in range(candidates)}
         started = time.perf_counter()
@@ -146,19 +143,13 @@ def aa_phase(name: str, sweeps: int, candidates: int, work: Path, busy: Optional
                 result = sweep(AA_PLAN, work / name / f"sweep{s}", variants)
         else:
             result = sweep(AA_PLAN, work / name / f"sweep{s}", variants)
-        results.append(result)
         for t in singles(result):
-            verdicts.append(t.verdict)
-            raw.append(t.vs_baseline.verdict if t.vs_baseline else "none")
-            processes.append(t.vs_baseline.processes if t.vs_baseline else 0)
             log(f"{name} sweep {s + 1}/{sweeps}: {describe(t)}")
-        noise.append(result.noise_sd or float("nan"))
         log(f"{name} sweep {s + 1}/{sweeps}: {len(result.trials)} processes in {time.perf_counter() - started:.0f} s, "
             f"load {loadavg()}")
-    return {"verdicts": verdicts, "raw": raw, "processes": processes, "noise": noise, "results": results}
 
 
-def truth(work: Path, rounds: int, sizes: list[float]) -> dict[float, float]:
+def truth(work: Path, rounds: int, sizes: list[float]) -> None:
     """The power changes' true throughput ratios: long processes (4x the windows), base and each size interleaved."""
     plan = make_plan(**{**POWER_PLAN, "burst": {"repeats": 12}})
     rates: dict[float, list[float]] = {0.0: [], **{s: [] for s in sizes}}
@@ -173,8 +164,6 @@ def truth(work: Path, rounds: int, sizes: list[float]) -> dict[float, float]:
             rates[size].append(res.samples_per_s)
         log(f"truth round {r + 1}/{rounds}: " + ", ".join(f"{s:g}%: {rates[s][-1]:.0f}/s" for s in rates)
             + f", load {loadavg()}")
-    base = statistics.geometric_mean(rates[0.0])
-    return {s: statistics.geometric_mean(rates[s]) / base for s in sizes}
 
 
 def repeat_cost(work: Path) -> tuple[float, float, int]:
@@ -190,6 +179,61 @@ def repeat_cost(work: Path) -> tuple[float, float, int]:
     return statistics.median(rep), statistics.median(first), len(rep)
 
 
+def sweeps_in(folder: Path) -> list[SweepResult]:
+    found = [read_sweep(d) for d in sorted(folder.glob("sweep*")) if (d / "results.json").is_file()]
+    return [r for r in found if r.status == "complete"]  # a sweep still running (or interrupted) is left out
+
+
+def summarize(work: Path, args) -> None:
+    """The figures, from every sweep folder under ``work`` (so phases run separately are summarised together)."""
+    for name, what in (("aa-idle", "idle"), ("aa-busy", f"one core busy {args.busy_on:g} s of every "
+                                                          f"{args.busy_on + args.busy_off:g} s")):
+        results = sweeps_in(work / name)
+        trials = [t for r in results for t in singles(r)]
+        if not trials:
+            continue
+        verdicts = [t.verdict for t in trials]
+        raw = [t.vs_baseline.verdict if t.vs_baseline else "none" for t in trials]
+        runs = [t.vs_baseline.processes for t in trials if t.vs_baseline]
+        processes = [t for r in results for t in r.trials]
+        contended = sum(bool(t.result.contended_windows) for t in processes)
+        alarms = sum(v in ("kept", "slower") for v in verdicts)
+        print(f"A/A ({what}): {alarms} of {len(trials)} called faster or slower (target <= 1 in 20); verdicts "
+              f"{dict(Counter(verdicts))}; before Benjamini-Hochberg {dict(Counter(raw))}; processes per comparison "
+              f"median {statistics.median(runs):g}; {contended} of {len(processes)} processes had contended windows; "
+              f"sweep noise {min(r.noise_sd for r in results):.1%}-{max(r.noise_sd for r in results):.1%}; "
+              f"{len(processes)} processes in {sum(r.wall_s or 0 for r in results):.0f} s")
+    rates: dict[float, list[float]] = {}
+    for path in (work / "truth").glob("r*_*/trial.json"):
+        result = TrialResult.model_validate_json(path.read_text())
+        if result.status == "ok":
+            rates.setdefault(float(path.parent.name.split("_", 1)[1]), []).append(result.samples_per_s)
+    if 0.0 in rates:
+        base = statistics.geometric_mean(rates[0.0])
+        print("true ratios (processes of 4x the windows, interleaved): " + ", ".join(
+            f"+{size:g}% preprocess: throughput x{statistics.geometric_mean(v) / base:.3f} of the base "
+            f"({len(v)} processes each)" for size, v in sorted(rates.items()) if size))
+    results = sweeps_in(work / "power")
+    by_label: dict[str, list] = {}
+    for r in results:
+        for t in singles(r):
+            by_label.setdefault(t.label, []).append(t)
+    for label, trials in sorted(by_label.items()):
+        right = sum(t.verdict == "slower" for t in trials)
+        wrong = sum(t.verdict == "kept" for t in trials)
+        ratios = [t.vs_baseline.ratio for t in trials if t.vs_baseline]
+        runs = [t.vs_baseline.processes for t in trials if t.vs_baseline]
+        print(f"power, {label}: slower in {right} of {len(trials)} sweeps, wrong sign {wrong}; verdicts "
+              f"{dict(Counter(t.verdict for t in trials))}; ratio median x{statistics.median(ratios):.3f}; "
+              f"processes median {statistics.median(runs):g}")
+    if results:
+        print(f"power sweeps' noise: {min(r.noise_sd for r in results):.1%}-{max(r.noise_sd for r in results):.1%}")
+    if list(work.glob("*/sweep*/trials/*/trial.json")):
+        rep, first, n = repeat_cost(work)
+        print(f"cost: fixed share of a repeat process's wall time (mlp, default burst) median {rep:.0%} over {n} "
+              f"(target <= 25%); of a first process {first:.0%}")
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--aa-sweeps", type=int, default=4, help="A/A sweeps per condition (default 4)")
@@ -199,7 +243,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--power-sweeps", type=int, default=10, help="sweeps of the power phase (default 10)")
     ap.add_argument("--sizes", default="5,10", help="slow-downs of the power phase in percent (default 5,10)")
     ap.add_argument("--truth-rounds", type=int, default=4, help="interleaved rounds of the true ratios (default 4)")
-    ap.add_argument("--phases", default="aa,busy,truth,power", help="which phases to run (default all)")
+    ap.add_argument("--phases", default="aa,busy,truth,power",
+                    help="which phases to run (default all; none: only summarise what --out holds)")
     ap.add_argument("--out", default=None, help="working folder")
     args = ap.parse_args(argv)
     work = out_dir("verdicts", args.out)
@@ -207,64 +252,25 @@ def main(argv: list[str]) -> int:
     sizes = [float(s) for s in args.sizes.split(",")]
     log(f"load before: {loadavg()}; working in {work}")
     started = time.perf_counter()
-    found: dict[str, Any] = {}
     try:
         if "aa" in phases:
-            found["aa"] = aa_phase("aa-idle", args.aa_sweeps, args.aa_candidates, work, None)
+            aa_phase("aa-idle", args.aa_sweeps, args.aa_candidates, work, None)
         if "busy" in phases:
-            found["busy"] = aa_phase("aa-busy", args.aa_sweeps, args.aa_candidates, work,
-                                     (args.busy_on, args.busy_off))
+            aa_phase("aa-busy", args.aa_sweeps, args.aa_candidates, work, (args.busy_on, args.busy_off))
         if "truth" in phases:
-            found["truth"] = truth(work, args.truth_rounds, sizes)
+            truth(work, args.truth_rounds, sizes)
         if "power" in phases:
-            power: dict[float, list] = {s: [] for s in sizes}
-            results = []
             for s in range(args.power_sweeps):
                 variants = {f"slow{size:g}": {"preprocess_ms": 0.5 * (1 + size / 100)} for size in sizes}
                 result = sweep(POWER_PLAN, work / "power" / f"sweep{s}", variants)
-                results.append(result)
-                for t, size in zip(sorted(singles(result), key=lambda t: t.label), sorted(sizes, key=lambda x: f"{x:g}")):
-                    power[size].append(t)
+                for t in singles(result):
                     log(f"power sweep {s + 1}/{args.power_sweeps}: {describe(t)}")
                 log(f"power sweep {s + 1}: {len(result.trials)} processes, load {loadavg()}")
-            found["power"] = (power, results)
     except CannotMeasure as exc:
         print(f"cannot measure: {exc}", file=sys.stderr)
         return EXIT_CANNOT_MEASURE
     print(f"\n== verdicts on real processes ({time.perf_counter() - started:.0f} s; load after {loadavg()}) ==")
-    all_results: list[SweepResult] = []
-    for key, what in (("aa", "idle"), ("busy", f"one core busy {args.busy_on:g} s of every "
-                                               f"{args.busy_on + args.busy_off:g} s")):
-        if key not in found:
-            continue
-        f = found[key]
-        all_results += f["results"]
-        alarms = sum(v in ("kept", "slower") for v in f["verdicts"])
-        counts = {v: f["verdicts"].count(v) for v in sorted(set(f["verdicts"]))}
-        print(f"A/A ({what}): {alarms} of {len(f['verdicts'])} called faster or slower (target <= 1 in 20); "
-              f"verdicts {counts}; before BH {dict((v, f['raw'].count(v)) for v in sorted(set(f['raw'])))}; "
-              f"processes per comparison median {statistics.median(f['processes']):g}; sweep noise "
-              f"{min(f['noise']):.1%}-{max(f['noise']):.1%}")
-    if "truth" in found:
-        print("true ratios (long interleaved processes): "
-              + ", ".join(f"+{s:g}% preprocess: x{r:.3f}" for s, r in found["truth"].items()))
-    if "power" in found:
-        power, results = found["power"]
-        all_results += results
-        for size, trials in power.items():
-            right = sum(t.verdict == "slower" for t in trials)
-            wrong = sum(t.verdict == "kept" for t in trials)
-            ratios = [t.vs_baseline.ratio for t in trials if t.vs_baseline]
-            runs = [t.vs_baseline.processes for t in trials if t.vs_baseline]
-            target = {5.0: "7 of 10", 10.0: "9 of 10"}.get(size, "-")
-            print(f"power, +{size:g}% preprocess: slower in {right} of {len(trials)} sweeps (target {target}), wrong "
-                  f"sign {wrong}; verdicts {dict((v, [t.verdict for t in trials].count(v)) for v in set(t.verdict for t in trials))}; "
-                  f"ratio median x{statistics.median(ratios):.3f}; processes median {statistics.median(runs):g}")
-        print(f"power sweeps' noise: {min(r.noise_sd for r in results):.1%}-{max(r.noise_sd for r in results):.1%}")
-    if all_results:
-        rep, first, n = repeat_cost(work)
-        print(f"cost: fixed share of a repeat process's wall time (mlp, default burst) median {rep:.0%} over {n} "
-              f"(target <= 25%); of a first process {first:.0%}")
+    summarize(work, args)
     return 0
 
 
