@@ -16,10 +16,11 @@ sweep's candidates, the verdict precedence.  Only the candidates are made here, 
   the processes per comparison.
 
 The accuracy gate is loosened in the power plan (``accuracy.rel_tolerance`` 1000): the changes are real and cost
-accuracy nothing, but the gate is not what is measured here.  Run from the repository root (about 40 minutes on two
-idle cores at the defaults)::
+accuracy nothing, but the gate is not what is measured here.  Run from the repository root (at the defaults about
+85 minutes on two cores: 25 per A/A condition, 6 for the true ratios, 2-3 per power sweep)::
 
     .venv/bin/python experiments/benchmarks/verdicts.py
+    .venv/bin/python experiments/benchmarks/verdicts.py --phases truth,power --sizes 25,100 --power-sweeps 4
 
 The figures come last, with the load average; exit status 2 when a sweep could not be made.
 """
