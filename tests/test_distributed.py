@@ -163,11 +163,18 @@ def test_report_draws_each_rank_and_names_the_straggler(dp, tmp_path):
     assert 'alt="Per-rank time splits"' in ranks
 
 
-def test_a_rank_killed_mid_burst_fails_the_trial_and_leaves_nothing(tmp_path, monkeypatch):
+def _kill_rank_1(trial_dir, monkeypatch, by_signal: bool = False):
+    """A two-rank trial whose rank 1 dies after 3 steps (fault injection): exits 9, or SIGKILLs itself."""
     monkeypatch.setenv("PERFTUNE_TEST_KILL_RANK", "1")
     monkeypatch.setenv("PERFTUNE_TEST_KILL_AFTER_STEPS", "3")
+    if by_signal:
+        monkeypatch.setenv("PERFTUNE_TEST_KILL_SIGNAL", "1")
+    return run_trial(make_spec(_plan(), {}, "workers=2"), trial_dir)
+
+
+def test_a_rank_killed_mid_burst_fails_the_trial_and_leaves_nothing(tmp_path, monkeypatch):
     trial_dir = tmp_path / "killed"
-    result = run_trial(make_spec(_plan(), {}, "workers=2"), trial_dir)
+    result = _kill_rank_1(trial_dir, monkeypatch)
     assert result.status == "failed"
     assert "rank 1 died with exit code 9" in result.reason
     assert "fault injection" in result.log_tail and "rank 1 exits with code 9" in result.log_tail
@@ -179,11 +186,8 @@ def test_a_rank_killed_mid_burst_fails_the_trial_and_leaves_nothing(tmp_path, mo
 def test_a_rank_killed_by_a_signal_is_named_and_retried_on_resume(tmp_path, monkeypatch):
     """A rank SIGKILLed by something other than perftune (a user, the OOM killer without evidence) fails the trial
     with the signal named, and marks it for a retry on resume, as a one-process burst is (issue 15)."""
-    monkeypatch.setenv("PERFTUNE_TEST_KILL_RANK", "1")
-    monkeypatch.setenv("PERFTUNE_TEST_KILL_AFTER_STEPS", "3")
-    monkeypatch.setenv("PERFTUNE_TEST_KILL_SIGNAL", "1")
     trial_dir = tmp_path / "signalled"
-    result = run_trial(make_spec(_plan(), {}, "workers=2"), trial_dir)
+    result = _kill_rank_1(trial_dir, monkeypatch, by_signal=True)
     assert result.status == "failed"
     assert "rank 1 died (the burst was killed by SIGKILL, a signal perftune did not send" in result.reason
     assert result.retry_on_resume

@@ -48,3 +48,23 @@ def test_run_refuses_a_folder_of_someone_elses_files(tmp_path):
     result = CliRunner().invoke(main, ["run", str(plan), "--out", str(mine)])
     assert result.exit_code == 2 and "holds files perftune did not write" in result.stderr, result.output
     assert (mine / "profile" / "keep.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("content,expected", [
+    (json.dumps({"run": 1, "loss": 0.5}), "trial.json: not a perftune trial.json"),
+    ("{not json", "trial.json"),
+])
+def test_report_on_a_folder_with_someone_elses_trial_json_is_one_line_exit_2(tmp_path, content, expected):
+    """``perftune report DIR`` reads a lone trial folder (a hand-added perftune.Callback's): a trial.json that is
+    not perftune's, or not JSON, is one line naming the file, and no report is written."""
+    (tmp_path / "trial.json").write_text(content)
+    result = CliRunner().invoke(main, ["report", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert expected in result.stderr and result.stderr.count("\n") == 1 and "Traceback" not in result.output
+    assert not (tmp_path / "report.html").exists()
+
+
+def test_report_on_an_empty_folder_names_both_files_it_reads(tmp_path):
+    result = CliRunner().invoke(main, ["report", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "no results.json or trial.json in it (not a perftune sweep or trial folder)" in result.stderr

@@ -43,20 +43,14 @@ def loss_value(loss: Any) -> Optional[float]:
     (``Model.train``'s ``net_outputs`` with loss scaling is ``(loss, overflow, scale)``)."""
     if isinstance(loss, (tuple, list)):
         loss = loss[0] if loss else None
-    if loss is None:
-        return None
-    try:
-        value = float(loss.asnumpy()) if hasattr(loss, "asnumpy") else float(loss)
-    except (TypeError, ValueError):
-        return None
-    return finite_or_none(value)
+    return _figure(loss)[1]
 
 
 def _figure(value: Any) -> tuple[bool, Optional[float]]:
     """(is it one number, its value or None where NaN/Inf)."""
     try:
         number = float(value.asnumpy()) if hasattr(value, "asnumpy") else float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError):  # None, a string, an array of several values
         return False, None
     return True, finite_or_none(number)
 

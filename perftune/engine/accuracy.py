@@ -100,10 +100,10 @@ def _script_metrics(baseline: Accuracy, candidate: Accuracy, tol: float, changes
         changes[f"val:{name}"] = change
         if change is None:
             continue
-        worse = change if lower_is_better(name) else -change
-        if worse > tol:
+        lower = lower_is_better(name)
+        if (change if lower else -change) > tol:
             return (f"the script's {name} {c:.4g} vs baseline {b:.4g}: {change:+.1%} (tolerance {tol:.1%} "
-                    f"{'up' if lower_is_better(name) else 'down'}, at {candidate.val_metrics_samples} samples seen)")
+                    f"{'up' if lower else 'down'}, at {candidate.val_metrics_samples} samples seen)")
     return ""
 
 

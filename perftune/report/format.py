@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 import pandas as pd
 
@@ -64,6 +64,13 @@ def verdict_counts(verdicts: list[str]) -> list[tuple[str, int]]:
     for v in verdicts:
         counts[v] = counts.get(v, 0) + 1
     return list(counts.items())
+
+
+def validation_figures(acc: Any) -> Optional[str]:
+    """A script's own validation figures in one line (``accuracy 0.812, loss 0.53``); None without any."""
+    if acc is None or not acc.val_metrics:
+        return None
+    return ", ".join(f"{name} {value:.4g}" for name, value in sorted(acc.val_metrics.items()))
 
 
 #: what a process that carries no decision of its own is counted as (its verdict is only "measured")

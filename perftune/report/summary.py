@@ -8,7 +8,8 @@ from perftune.engine import lm
 from perftune.io.files import RESULTS_NAME
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult
-from perftune.report.format import count_word, mb, reason_text, speed_text, time_ratio_text, verdict_counts
+from perftune.report.format import (count_word, mb, reason_text, speed_text, time_ratio_text, validation_figures,
+                                    verdict_counts)
 from perftune.report.language import gate_cannot_judge
 from perftune.report.format import num as format_num
 
@@ -46,9 +47,9 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
                      f"perplexity {_num(acc.perplexity, '.2f')}, train loss {_num(acc.train_loss, '.4f')}"
                      + (f", repetition {acc.repetition_rate:.2f}" if acc.repetition_rate is not None else "")
                      + (" NON-FINITE" if acc.nonfinite else ""))
-        if acc.val_metrics:
+        if validation_figures(acc):
             lines.append(f"  validation   the script's own, after {acc.val_metrics_samples} samples: "
-                         + ", ".join(f"{k} {v:.4g}" for k, v in sorted(acc.val_metrics.items())))
+                         f"{validation_figures(acc)}")
         if acc.sample_text is not None:
             lines.append(f"  sample       {acc.sample_text!r} (greedy, after the accuracy window)")
     p = r.profile

@@ -15,7 +15,7 @@ from perftune.engine import lm
 from perftune.io.records import PHASES
 from perftune.io.store import write_text_atomic
 from perftune.io.sweep_records import SweepResult, SweepTrial
-from perftune.report.format import num, reason_text, speed_text, step_text
+from perftune.report.format import num, reason_text, speed_text, step_text, validation_figures
 from perftune.report.summary import comparison_lines, noise_line
 
 
@@ -58,10 +58,8 @@ def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
 
 def validation_text(acc) -> Optional[str]:
     """A script's own validation figures in one cell (``accuracy 0.812, loss 0.53 @128``); None without any."""
-    if acc is None or not acc.val_metrics:
-        return None
-    figures = ", ".join(f"{name} {value:.4g}" for name, value in sorted(acc.val_metrics.items()))
-    return f"{figures} @{acc.val_metrics_samples}"
+    figures = validation_figures(acc)
+    return f"{figures} @{acc.val_metrics_samples}" if figures else None
 
 
 def _by_id(result: SweepResult) -> dict[str, SweepTrial]:

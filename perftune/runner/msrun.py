@@ -367,8 +367,7 @@ def _result_of(spec: TrialSpec, trial_dir: Path, cluster: Cluster, port: int, ou
             how = "with an unknown exit code"
             status = "failed"
         else:
-            ooms = outcome.oom_kills
-            status, why = classify_exit(code, rank_log(r), ooms)
+            status, why = classify_exit(code, rank_log(r), outcome.oom_kills)
             # killed by a signal perftune did not send (a user's kill, the OOM killer without evidence): not a
             # property of the configuration, so a resume measures it again, as for a one-process burst
             retry = killed_from_outside(code, status)
