@@ -117,6 +117,14 @@ def bursts_on(node) -> list[psutil.Process]:
             if "perftune.burst" in " ".join(p.cmdline())]
 
 
+def span(result: dict) -> tuple[float, float]:
+    """When a trial's burst ran (its start, to the second, and its wall time)."""
+    from datetime import datetime
+
+    start = datetime.fromisoformat(result["environment"]["utc_time"]).timestamp()
+    return start, start + result["wall_s"]
+
+
 def test_a_sweep_on_two_nodes_has_the_local_layout_and_records_its_nodes(cluster, tmp_path):
     plan = write_plan(tmp_path, name="rayt", workload_params=dict(TINY_MLP), burst=BURST,
                       variables={"prefetch_size": [4]}, decision={"baseline_runs": 2})
@@ -144,6 +152,9 @@ def test_a_sweep_on_two_nodes_has_the_local_layout_and_records_its_nodes(cluster
             assert (folder / record["profile"]["profile_dir"]).is_dir()
     # the two baseline runs went to the two nodes, so each node can compare with a baseline of its own
     assert {t["result"]["node"]["node_id"] for t in trials if t["kind"] == "baseline"} == worker_ids
+    # the race's round ran on both nodes at once (one lane per node): some trials of different nodes overlapped
+    spans = [(t["result"]["node"]["node_id"], *span(t["result"])) for t in trials]
+    assert any(a[0] != b[0] and a[1] < b[2] and b[1] < a[2] for a in spans for b in spans), spans
     nodes = results["nodes"]  # the node effect and the single against the baseline of its own node
     assert set(nodes["trials_per_node"]) == worker_ids and set(nodes["node_effect"]) == worker_ids
     [single] = nodes["blocked"]
@@ -162,6 +173,28 @@ def test_a_sweep_on_two_nodes_has_the_local_layout_and_records_its_nodes(cluster
     assert again.wait(timeout=120) == 0
     resumed = json.loads((out / "results.json").read_text())["trials"]
     assert len(resumed) == len(trials) and all(t["reused"] for t in resumed)
+
+
+def test_ctrl_c_on_the_driver_stops_the_remote_bursts_of_every_lane(cluster, tmp_path):
+    plan = write_plan(tmp_path, name="rayint", workload_params=dict(TINY_MLP),
+                      burst={**BURST, "steps": 40, "repeats": 3, "profile_steps": 0}, variables={"prefetch_size": [4]},
+                      decision={"baseline_runs": 1})
+    out = tmp_path / "out"
+    proc = start_sweep(plan, out, cluster.address)
+    bursts: list[psutil.Process] = []
+    deadline = time.monotonic() + 300
+    while len(bursts) < 2 and time.monotonic() < deadline and proc.poll() is None:  # both lanes running
+        bursts = [b for node in cluster.workers for b in bursts_on(node)]
+        time.sleep(0.2)
+    assert len(bursts) == 2, f"the two lanes never ran at once: {proc.poll()}"
+    proc.send_signal(signal.SIGINT)
+    log = finish(proc, timeout=60)
+    assert proc.returncode == 130, log
+    assert "resume with: perftune sweep" in log and "--executor ray" in log
+    gone, alive = psutil.wait_procs(bursts, timeout=30)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], "a remote burst outlived the Ctrl-C"
+    assert json.loads((out / "results.json").read_text())["status"] == "interrupted"
+    assert not [b for node in cluster.workers for b in bursts_on(node)], "a lane sent a trial after the Ctrl-C"
 
 
 def test_a_node_that_dies_mid_trial_is_replaced_and_recorded(cluster, tmp_path):
@@ -190,23 +223,3 @@ def test_a_node_that_dies_mid_trial_is_replaced_and_recorded(cluster, tmp_path):
     print(f"[lost run recorded as: {node['lost']}]", file=sys.stderr)
     assert node["attempts"] == 2 and len(node["lost"]) == 1, node
     assert record["status"] == "ok" and node["node_id"] == cluster.workers[0].node_id
-
-
-def test_ctrl_c_on_the_driver_stops_the_remote_burst(cluster, tmp_path):
-    plan = write_plan(tmp_path, name="rayint", workload_params=dict(TINY_MLP),
-                      burst={**BURST, "steps": 200, "repeats": 5}, decision={"baseline_runs": 1})
-    out = tmp_path / "out"
-    proc = start_sweep(plan, out, cluster.address)
-    bursts: list[psutil.Process] = []
-    deadline = time.monotonic() + 180
-    while not bursts and time.monotonic() < deadline and proc.poll() is None:
-        bursts = [b for node in cluster.workers for b in bursts_on(node)]
-        time.sleep(0.2)
-    assert bursts, "no burst started on a worker node"
-    proc.send_signal(signal.SIGINT)
-    log = finish(proc, timeout=60)
-    assert proc.returncode == 130, log
-    assert "resume with: perftune sweep" in log and "--executor ray" in log
-    gone, alive = psutil.wait_procs(bursts, timeout=30)
-    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], "a remote burst outlived the Ctrl-C"
-    assert json.loads((out / "results.json").read_text())["status"] == "interrupted"

@@ -10,14 +10,63 @@ The race decides nothing about processes: ``measure(config)`` runs one (re-measu
 caller's business, so a contended process never counts as a look) and returns its ``ProcessRun``, or None when it
 failed.  ``runs`` is the sweep's list of every usable process in measurement order, shared with the caller, so the
 noise is pooled over the whole sweep and processes measured earlier (the previous stack) count here too.
+
+Lanes (a Ray cluster: one lane per node, ``Lanes``): each round is planned whole, then measured with the lanes side
+by side.  A lane runs its share of the round's candidate processes as ``[R] C R C R ...`` on its node (the leading
+R only when that node's last process was not the reference), so every candidate process still sits between
+reference processes *of its own node* and ``blocks`` pairs them as in one process.  Lanes a round would leave idle
+get more processes of the open candidates (up to ``policy.max_runs``), so a cluster resolves a comparison in fewer
+rounds rather than waiting.  The round's outcomes are appended to ``runs`` in lane order once all lanes are done, so
+the decisions are the same whichever lane finished first, and a resumed sweep plans the same rounds.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Optional, Sequence
+from typing import Callable, Hashable, Optional, Sequence, Union
 
 from perftune.engine.sequential import Decision, Noise, Policy, ProcessRun, decide
+
+
+#: a process that ran but whose timing is not used (measured while other processes used its node's cores): no look
+EXCLUDED = "excluded"
+LaneOutcome = Union[ProcessRun, str, None]  # a usable process, None (failed), or EXCLUDED
+
+
+@dataclass(frozen=True)
+class Lanes:
+    """Processes measured side by side: ``count`` lanes; ``run_round(sequences)`` measures each lane's sequence of
+    configurations in order, the lanes at once, and returns each process's ``LaneOutcome`` in the same shape;
+    ``node(lane)`` is the node a lane measures on, when known (so a lane whose node last measured the reference
+    needs no leading reference process)."""
+
+    count: int
+    run_round: Callable[[list[list[Hashable]]], list[list[LaneOutcome]]]
+    node: Callable[[int], Optional[str]]
+
+
+def plan_round(pending: Sequence[Hashable], processes: dict[Hashable, int], max_runs: int, lanes: int,
+               reference: Hashable, ends_with_reference: Sequence[bool]) -> list[list[Hashable]]:
+    """Each lane's sequence for one round: every pending candidate once, then more processes of the candidates
+    with room left (fewest first) until every lane has one, dealt to the lanes in turn; a lane with work runs
+    ``[R] C R C R ...``."""
+    slots = list(pending)
+    planned = {c: processes.get(c, 0) + 1 for c in pending}
+    while len(slots) < lanes:
+        room = [c for c in pending if planned[c] < max_runs]
+        if not room:
+            break
+        c = min(room, key=lambda x: planned[x])
+        slots.append(c)
+        planned[c] += 1
+    sequences = []
+    for lane in range(lanes):
+        mine = slots[lane::lanes]
+        seq: list[Hashable] = [] if not mine or ends_with_reference[lane] else [reference]
+        for c in mine:
+            seq += [c, reference]
+        sequences.append(seq)
+    return sequences
 
 
 def _never(config: Hashable) -> bool:
@@ -38,6 +87,7 @@ class Race:
     out_of_time: Callable[[], bool] = _no_deadline
     settled: Callable[[Hashable], bool] = _never
     processes: dict[Hashable, int] = field(default_factory=dict)  # candidate -> processes it got in this race
+    lanes: Optional[Lanes] = None  # processes side by side (a cluster's nodes); None: one at a time
 
     def _run(self, config: Hashable) -> bool:
         run = self.measure(config)
@@ -53,6 +103,8 @@ class Race:
         return decide(self.runs, candidate, reference, noise or self.noise(), self.policy)
 
     def run(self, candidates: Sequence[Hashable], reference: Hashable) -> dict[Hashable, Optional[Decision]]:
+        if self.lanes is not None and self.lanes.count > 1:
+            return self._run_lanes(candidates, reference, self.lanes)
         self.processes = {c: 0 for c in candidates}
         if not any(r.config == reference for r in self.runs[-1:]):
             self._run(reference)  # a failed reference process: the candidates' blocks use the next one
@@ -72,5 +124,42 @@ class Race:
             pending = [c for c, d in decisions.items()
                        if d is not None and d.outcome == "open" and self.processes[c] < self.policy.max_runs
                        and not self.settled(c)]
+        noise = self.noise()
+        return {c: self.decide(c, reference, noise) for c in candidates}
+
+    def _ends_with(self, node: Optional[str], reference: Hashable) -> bool:
+        """Whether ``node``'s last usable process was the reference."""
+        last = next((r for r in reversed(self.runs) if r.node == node), None) if node is not None else None
+        return last is not None and last.config == reference
+
+    def _run_lanes(self, candidates: Sequence[Hashable], reference: Hashable,
+                   lanes: Lanes) -> dict[Hashable, Optional[Decision]]:
+        """The race with rounds measured on ``lanes.count`` lanes at once (see the module's docstring)."""
+        self.processes = {c: 0 for c in candidates}
+        tried = {c: 0 for c in candidates}  # processes including unusable ones: at most twice max_runs, whatever comes
+        pending = list(candidates)
+        while pending:
+            ends = [self._ends_with(lanes.node(j), reference) for j in range(lanes.count)]
+            sequences = plan_round(pending, self.processes, self.policy.max_runs, lanes.count, reference, ends)
+            stopped = set()
+            for seq, outcomes in zip(sequences, lanes.run_round(sequences)):
+                for config, outcome in zip(seq, outcomes):
+                    if outcome is None:
+                        if config != reference:
+                            stopped.add(config)  # a failed process ends this candidate's race
+                        continue
+                    tried[config] = tried.get(config, 0) + 1
+                    if isinstance(outcome, ProcessRun):
+                        self.runs.append(outcome)
+                        if config != reference:
+                            self.processes[config] += 1
+            if self.out_of_time():
+                break
+            noise = self.noise()
+            decisions = {c: self.decide(c, reference, noise) for c in pending if c not in stopped}
+            # no decision yet (its processes were not usable, or had no reference beside them): measured again
+            pending = [c for c, d in decisions.items()
+                       if (d is None or d.outcome == "open") and self.processes[c] < self.policy.max_runs
+                       and tried[c] < 2 * self.policy.max_runs and not self.settled(c)]
         noise = self.noise()
         return {c: self.decide(c, reference, noise) for c in candidates}

@@ -14,7 +14,9 @@ Order of work
 4. leave-one-out: the final stack minus each of its changes, to show each change's contribution in context.
 
 A process measured while other processes competed for the cores (``TrialResult.contended_windows``) is measured
-again (``decision.remeasure_contended`` times at most) and does not count as a look.  Every trial's folder is named
+again (``decision.remeasure_contended`` times at most) and does not count as a look.  A runner with lanes (a Ray
+cluster's nodes) measures each round side by side (``lanes.py``); there a contended process is left out and the race
+gives the candidate another.  Every trial's folder is named
 by its id (a hash of all knob values, the burst settings and the replicate index), and the races are deterministic
 given the measurements, so a rerun reuses what finished and runs only what is missing.  ``results.json`` is
 rewritten (atomically) after every trial.
@@ -22,6 +24,7 @@ rewritten (atomically) after every trial.
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,17 +32,18 @@ from typing import Any, Callable, Hashable, Optional
 
 from perftune import knobs
 from perftune.engine import accuracy as accuracy_gate
-from perftune.engine import lm, noop, verdicts
+from perftune.engine import lm, noop, order, verdicts
 from perftune.engine.blocked import node_of
 from perftune.engine.progress import SilentProgress, SweepProgress
-from perftune.engine.race import Race
+from perftune.engine.lanes import ParallelRunner, lanes_of
+from perftune.engine.race import EXCLUDED, LaneOutcome, Race
 from perftune.engine.sequential import Noise, Policy, ProcessRun, benjamini_hochberg, decide
 from perftune.engine.specs import make_spec
 from perftune.errors import UserError
-from perftune.io.files import RESULTS_NAME, TRIAL_NAME, TRIALS_DIR, read_trial_if_present
+from perftune.io.files import RESULTS_NAME, TRIALS_DIR, reusable_trial
 from perftune.io.outdir import clear_own
 from perftune.io.plan import Plan
-from perftune.io.records import DATA_BOUND_SHARE, TrialResult, TrialSpec
+from perftune.io.records import TrialResult, TrialSpec
 from perftune.io.store import write_json_atomic
 from perftune.io.sweep_records import FAILED_VERDICTS, ComparisonRecord, StackStep, SweepResult, SweepTrial
 
@@ -77,38 +81,48 @@ class Sweep:
         self.best: Hashable = ""
         self.expected = self.ticks = 0  # progress lines expected so far, and given
         self.started = time.perf_counter()
+        # a runner with lanes (a Ray cluster's nodes) measures each race's rounds side by side (``lanes.py``)
+        self.parallel = run if isinstance(run, ParallelRunner) and run.lanes > 1 else None
+        self.lock = threading.RLock()  # the lanes' threads share the records, the progress and results.json
+        self.booked: dict[Hashable, int] = {}  # key -> replicates reserved so far
+        self.unused: dict[Hashable, int] = {}  # key -> contended processes left out of the lanes' comparisons
 
     # -- running trials -------------------------------------------------------------------------------------
     def _spec(self, changes: dict[str, Any], replicate: int = 0) -> TrialSpec:
         return make_spec(self.plan, changes, label_of(changes), replicate, self.cache_dir)
 
-    def measure(self, changes: dict[str, Any], kind: str, replicate: int = 0) -> SweepTrial:
+    def measure(self, changes: dict[str, Any], kind: str, replicate: int = 0, lane: Optional[int] = None) -> SweepTrial:
+        """One trial (reused when an earlier run finished it); ``lane``: the runner's lane, from a lane's thread."""
         spec = self._spec(changes, replicate)
         trial_dir = self.trials_dir / spec.trial_id
-        self.progress.start(spec.label + (f" (run {replicate + 1})" if replicate else ""))
-        result = _reusable(trial_dir, spec.trial_id)
-        # reused = finished by an earlier, interrupted run (not a configuration this run already measured)
-        reused = result is not None and all(t.trial_id != spec.trial_id for t in self.result.trials)
+        if lane is None:  # the lanes' runner says itself what runs where
+            self.progress.start(spec.label + (f" (run {replicate + 1})" if replicate else ""))
+        result = reusable_trial(trial_dir, spec.trial_id)
+        with self.lock:  # reused = finished by an earlier, interrupted run (not one this run already measured)
+            reused = result is not None and all(t.trial_id != spec.trial_id for t in self.result.trials)
         if result is None:
-            result = self.run_trial(spec, trial_dir)
+            result = self.run_trial(spec, trial_dir) if lane is None else self.run_trial(spec, trial_dir, lane=lane)
         verdict = result.status if result.status in FAILED else ("baseline" if kind == "baseline" else "measured")
         trial = SweepTrial(trial_id=spec.trial_id, label=spec.label, kind=kind, changes=changes,
                            replicate=replicate, verdict=verdict, reason=result.reason or "", reused=reused,
                            result=result.model_copy(update={"steps": []}))
-        self.result.trials.append(trial)
-        self.save()
+        with self.lock:
+            self.result.trials.append(trial)
+            self.save()
         return trial
 
     def save(self) -> None:
-        self.result.wall_s = time.perf_counter() - self.started
-        write_json_atomic(self.out / RESULTS_NAME, self.result.model_dump(mode="json"))
+        with self.lock:
+            self.result.wall_s = time.perf_counter() - self.started
+            write_json_atomic(self.out / RESULTS_NAME, self.result.model_dump(mode="json"))
 
     def say(self, line: str) -> None:
         """One progress line (a process measured, or a verdict); the bar grows past what was expected."""
-        self.ticks += 1
-        if self.ticks > self.expected:
-            self.progress.grow(1)  # an extra round, a re-measure, stacking or leave-one-out
-        self.progress.done(line)
+        with self.lock:
+            self.ticks += 1
+            if self.ticks > self.expected:
+                self.progress.grow(1)  # an extra round, a re-measure, stacking or leave-one-out
+            self.progress.done(line)
 
     def out_of_time(self) -> bool:
         budget = self.plan.decision.budget_s
@@ -131,7 +145,7 @@ class Sweep:
         changes, kind = self.configs[key]
         retries, limit = 0, self.plan.decision.remeasure_contended
         while True:
-            replicate = len(self.processes[key])
+            replicate = self.book(key)
             trial = self.measure(changes, kind if replicate == 0 or kind == "baseline" else "repeat", replicate)
             self.processes[key].append(trial)
             r = trial.result
@@ -148,6 +162,40 @@ class Sweep:
                 continue
             self._done(trial)
             return ProcessRun(key, tuple(w.samples_per_s for w in r.windows), node_of(r))
+
+    def book(self, key: Hashable) -> int:
+        """The next replicate of ``key``, reserved (a lane's process gets its number before the round starts)."""
+        with self.lock:
+            replicate = max(self.booked.get(key, 0), len(self.processes[key]))
+            self.booked[key] = replicate + 1
+            return replicate
+
+    def measure_booked(self, key: Hashable, replicate: int, lane: int) -> SweepTrial:
+        """A lane's process (in the lane's thread): measured once; ``settle`` decides whether its timing is used."""
+        changes, kind = self.configs[key]
+        trial = self.measure(changes, kind if replicate == 0 or kind == "baseline" else "repeat", replicate, lane)
+        with self.lock:
+            self.processes[key].append(trial)
+            self.processes[key].sort(key=lambda t: t.replicate)
+            self._done(trial)
+        return trial
+
+    def settle(self, key: Hashable, trial: SweepTrial) -> LaneOutcome:
+        """A lane's finished process, in lane order: failed (None), usable, or left out while contention looks passing
+        (``EXCLUDED``: not a look; the race gives an open candidate another process), at most ``remeasure_contended``
+        processes of a configuration in the sweep."""
+        r = trial.result
+        if trial.verdict in FAILED or not r.windows:
+            return None
+        self.contended[key] = self.contended.get(key, 0) + bool(r.contended_windows)
+        if r.contended_windows and self.unused.get(key, 0) < self.plan.decision.remeasure_contended \
+                and not self.out_of_time():
+            self.unused[key] = self.unused.get(key, 0) + 1
+            trial.excluded = (f"{r.contended_windows} of {len(r.windows)} timed windows contended (other processes "
+                              "used the node's cores): not used")
+            self.save()
+            return EXCLUDED
+        return ProcessRun(key, tuple(w.samples_per_s for w in r.windows), node_of(r))
 
     def first(self, key: Hashable) -> SweepTrial:
         return self.processes[key][0]
@@ -169,7 +217,8 @@ class Sweep:
 
     def race(self, candidates: list[Hashable], reference: Hashable) -> dict[Hashable, Optional[ComparisonRecord]]:
         """Race ``candidates`` against ``reference``; their comparisons as records."""
-        race = Race(self.measure_process, self.runs, self.policy, self.out_of_time, self.settled)
+        race = Race(self.measure_process, self.runs, self.policy, self.out_of_time, self.settled,
+                    lanes=lanes_of(self, self.parallel) if self.parallel is not None else None)
         decisions = race.run(candidates, reference)
         label = label_of(self.configs[reference][0])
         self.record_noise()
@@ -208,18 +257,8 @@ class Sweep:
 
     def order_singles(self, singles: list[dict[str, Any]]) -> list[dict[str, Any]]:
         first = self.baseline_runs[0].result if self.baseline_runs else None
-        data_share = None
-        if first is not None and first.status == "ok" and first.step_ms_median:
-            data_share = (first.data_wait_ms_median or 0) / first.step_ms_median
-        data_bound = data_share is not None and data_share >= DATA_BOUND_SHARE
-        group = knobs.in_group("data" if data_bound else "compute")
-        share_text = f"{data_share:.0%}" if data_share is not None else "unknown"
-        self.result.order_rule = (
-            f"baseline waits for data {share_text} of the step "
-            f"({'>=' if data_bound else '<'} {DATA_BOUND_SHARE:.0%}): "
-            f"{'data-pipeline' if data_bound else 'compute'} knobs first, then the rest in plan order"
-        )
-        return sorted(singles, key=lambda c: 0 if next(iter(c)) in group else 1)
+        ordered, self.result.order_rule = order.singles_by_bottleneck(singles, first)
+        return ordered
 
     def run(self) -> SweepResult:
         singles = self.singles()
@@ -274,6 +313,7 @@ class Sweep:
     def aa_check(self) -> None:
         """The baseline's last usable process against its first: how far the machine drifted over the singles."""
         base_runs = [r for r in self.runs if r.config == self.base]
+        base_runs = [r for r in base_runs if r.node == base_runs[0].node] if base_runs else []  # one machine's drift
         if len(base_runs) > 1:
             pair = [ProcessRun("first", base_runs[0].windows), ProcessRun("last", base_runs[-1].windows)]
             d = decide(pair, "last", "first", self.record_noise(), self.policy, looks=1)
@@ -285,34 +325,15 @@ class Sweep:
             f"{trial.verdict}: {trial.reason}"
         run = f" (run {trial.replicate + 1})" if trial.replicate else ""
         extra = (f" ({trial.excluded})" if trial.excluded else "") + (" (reused)" if trial.reused else "")
+        extra += f" [on {r.node.host}]" if r.node is not None else ""
         self.say(f"  {trial.label}{run}: {what}{extra}")
 
-    def stack_candidates(self, single_trials: list[SweepTrial]) -> list[SweepTrial]:
-        """Best value of each knob: kept ones by gain, then (``decision.retry_on_stack``) the undecided ones.
-
-        A change that did nothing against a compute-bound baseline can matter once the stack has moved the
-        bottleneck (more data workers only help after graph mode made the step fast), so those (not significant,
-        equivalent, undecided) are tried on top of the stack too.  Slower, accuracy-rejected, failed and no-effect
-        changes are not retried.
-        """
-        allowed = ("kept", "not significant", "equivalent", "undecided") if self.plan.decision.retry_on_stack \
-            else ("kept",)
-        best: dict[str, SweepTrial] = {}
-        for t in single_trials:
-            if t.verdict not in allowed or t.vs_baseline is None:
-                continue
-            knob = next(iter(t.changes))
-            rank = (t.verdict == "kept", t.vs_baseline.ratio)
-            if knob not in best or rank > (best[knob].verdict == "kept", best[knob].vs_baseline.ratio):
-                best[knob] = t
-        return sorted(best.values(), key=lambda t: (t.verdict != "kept", -t.vs_baseline.ratio))
-
     def stack(self, single_trials: list[SweepTrial]) -> None:
-        order = self.stack_candidates(single_trials)
+        ordered = order.stack_candidates(single_trials, self.plan.decision.retry_on_stack)
         self.result.stack = [StackStep(label="baseline", trial_id=self.baseline_runs[0].trial_id, kept=True)]
         current_changes: dict[str, Any] = {}
         current = self.base
-        for single in order:
+        for single in ordered:
             changes = {**current_changes, **single.changes}
             if not current_changes:
                 if single.verdict != "kept":
@@ -370,22 +391,6 @@ class Sweep:
                                 f"x{c.ratio:.2f} [{c.ci_low:.2f}, {c.ci_high:.2f}] of this" if c else "")
             self.say(f"  {trial.label}: {trial.reason or trial.verdict}{lm.verdict_suffix(trial.result)}")
             self.save()
-
-
-def _reusable(trial_dir: Path, trial_id: str) -> Optional[TrialResult]:
-    """A finished trial.json of this very trial (same id) left by an earlier run, else None.
-
-    A trial.json that exists but cannot be read is reported, not silently measured again: it may hold the only copy
-    of a long measurement, and a file that keeps breaking would otherwise be re-run on every resume.
-    """
-    try:
-        result = read_trial_if_present(trial_dir / TRIAL_NAME)
-    except UserError as exc:
-        raise UserError(f"{exc}; delete the folder {trial_dir} to measure this trial again, or start the sweep "
-                        "over with --fresh") from None
-    if result is None or result.trial_id != trial_id or result.retry_on_resume:
-        return None  # retry_on_resume: killed by a signal perftune did not send; measured again
-    return result
 
 
 def run_sweep(plan: Plan, out_dir: Path, run: TrialRunner, plan_path: Optional[Path] = None, fresh: bool = False,

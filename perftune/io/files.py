@@ -107,6 +107,22 @@ def read_trial_if_present(path: str | Path) -> Optional[TrialResult]:
     return read_trial(path)
 
 
+def reusable_trial(trial_dir: Path, trial_id: str) -> Optional[TrialResult]:
+    """A finished trial.json of this very trial (same id) left by an earlier run, else None.
+
+    A trial.json that exists but cannot be read is reported, not silently measured again: it may hold the only copy
+    of a long measurement, and a file that keeps breaking would otherwise be re-run on every resume.
+    """
+    try:
+        result = read_trial_if_present(trial_dir / TRIAL_NAME)
+    except UserError as exc:
+        raise UserError(f"{exc}; delete the folder {trial_dir} to measure this trial again, or start the sweep "
+                        "over with --fresh") from None
+    if result is None or result.trial_id != trial_id or result.retry_on_resume:
+        return None  # retry_on_resume: killed by a signal perftune did not send; measured again
+    return result
+
+
 def read_spec(path: str | Path) -> TrialSpec:
     """A trial folder's ``spec.json`` (written by the runner before it starts the burst)."""
     path = _file_in(path, SPEC_NAME)

@@ -7,10 +7,12 @@ node offers once (``ray start --resources '{"perftune": 1}'``): trials never sha
 the profile files) and returns it; the driver unpacks it under ``trials/<id>/``, so the results folder has a local
 sweep's layout.  The node is recorded in the trial (``TrialResult.node``).
 
-Runs are spread over the nodes by replicate (run ``r`` of any configuration on node ``r mod nodes``), so every
-node that measures a candidate also measures the baseline (``perftune.engine.blocked``).  A trial whose node or
+The executor has one lane per node (``lanes``; lane ``j`` prefers node ``j``), so the sweep measures each round of
+its races on all nodes at once (``perftune.engine.lanes``), each node running its own ``R C R ...`` sequence: every
+node that measures a candidate also measures the reference beside it.  A trial sent outside the lanes (the
+baseline's first process) goes to node ``replicate mod nodes``.  A trial whose node or
 Ray worker dies under it is run again elsewhere, up to ``max_attempts``, then recorded as failed with the reason.
-Ctrl-C cancels the running task (its burst is stopped with it).  Ray is imported here only, and only when used.
+Ctrl-C cancels the running tasks (their bursts are stopped with them).  Ray is imported here only, and only when used.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import shutil
 import socket
 import tarfile
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -88,9 +91,13 @@ class RayExecutor:
         self.ray = import_ray()
         self.address = address
         self.max_attempts = max_attempts
-        self.announce = announce  # told "<label> on <host>" when a trial is sent (the progress bar's description)
+        self.announce = announce  # told "<label> on <host> | ..." as trials are sent (the progress bar's description)
         self.started_ray = False
         self.remote = None
+        self.lanes = 1  # one per node offering the resource, counted at connect()
+        self.stopping = threading.Event()  # Ctrl-C: every lane's running task is cancelled, no new one is sent
+        self.running: dict[Optional[int], str] = {}  # lane -> what it runs where, for the progress description
+        self.guard = threading.Lock()
 
     def connect(self) -> None:
         ray = self.ray
@@ -103,7 +110,8 @@ class RayExecutor:
                 hint = "" if self.address else " (start one with: ray start --head --resources '{\"perftune\": 1}')"
                 raise UserError(f"--executor ray: cannot reach a Ray cluster at {where}{hint}: {first}") from None
             self.started_ray = True
-        if not self.nodes():
+        self.lanes = len(self.nodes())
+        if not self.lanes:
             raise UserError(f"--executor ray: no node of the Ray cluster offers the resource {RESOURCE!r}: start "
                             f"each node with --resources '{{\"{RESOURCE}\": 1}}'")
         self.remote = ray.remote(run_on_node)
@@ -117,34 +125,46 @@ class RayExecutor:
         return {n["NodeID"]: n.get("NodeManagerHostname") or n.get("NodeManagerAddress") or n["NodeID"][:8]
                 for n in self.ray.nodes() if n.get("Alive") and n["Resources"].get(RESOURCE, 0) >= 1}
 
+    def lane_node(self, lane: int) -> Optional[str]:
+        """The node lane ``lane`` prefers (as ``ProcessRun.node`` names it), or None without a node."""
+        nodes = self.nodes()
+        return nodes[lane % len(nodes)] if nodes else None
+
+    def stop(self) -> None:
+        """Ctrl-C on the driver: the lanes cancel their tasks and send no more."""
+        self.stopping.set()
+
     def close(self) -> None:
         if self.started_ray and self.ray.is_initialized():
             self.ray.shutdown()
         self.started_ray = False
 
-    def _options(self, spec: TrialSpec, attempt: int) -> dict[str, Any]:
-        """One ``perftune`` resource, retries are ours, and run ``r`` of every configuration prefers node
-        ``r mod nodes`` (soft: another node if that one is gone): the baseline and each candidate are measured on the
-        same nodes, so each node is a block with both sides (``perftune.engine.blocked``)."""
+    def _options(self, spec: TrialSpec, attempt: int, lane: Optional[int]) -> dict[str, Any]:
+        """One ``perftune`` resource, retries are ours, and lane ``j`` prefers node ``j`` (outside the lanes: run ``r``
+        prefers node ``r mod nodes``; soft: another node if that one is gone), so each node measures the reference
+        beside its candidates and is a block with both sides (``perftune.engine.blocked``)."""
         options: dict[str, Any] = {"num_cpus": 0, "resources": {RESOURCE: 1}, "max_retries": 0}
         nodes = self.nodes()
         if len(nodes) < 2:
             return options
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        target = nodes[(spec.replicate + attempt) % len(nodes)]
+        target = nodes[((spec.replicate if lane is None else lane) + attempt) % len(nodes)]
         return {**options, "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=target, soft=True)}
 
-    def __call__(self, spec: TrialSpec, trial_dir: Path) -> TrialResult:
+    def __call__(self, spec: TrialSpec, trial_dir: Path, lane: Optional[int] = None) -> TrialResult:
         if self.remote is None:
             self.connect()
         trial_dir = Path(trial_dir)
         lost: list[str] = []
-        for attempt in range(self.max_attempts):
-            outcome = self._attempt(spec, attempt)
-            if isinstance(outcome, dict):
-                return self._land(spec, trial_dir, outcome, lost)
-            lost.append(outcome)
+        try:
+            for attempt in range(self.max_attempts):
+                outcome = self._attempt(spec, attempt, lane)
+                if isinstance(outcome, dict):
+                    return self._land(spec, trial_dir, outcome, lost)
+                lost.append(outcome)
+        finally:
+            self._show(lane, None)
         result = failed_result(spec, "failed", f"lost {len(lost)} time(s) with its node or Ray worker: {lost[-1]}",
                                node=NodeRecord(host="?", attempts=len(lost), lost=lost))
         trial_dir.mkdir(parents=True, exist_ok=True)
@@ -152,15 +172,27 @@ class RayExecutor:
         write_json_atomic(trial_dir / TRIAL_NAME, result.model_dump(mode="json"))
         return result
 
-    def _attempt(self, spec: TrialSpec, attempt: int) -> dict | str:
+    def _show(self, lane: Optional[int], text: Optional[str]) -> None:
+        """What each lane runs where, joined, as the progress bar's description (trials running per node)."""
+        with self.guard:
+            if text is None:
+                self.running.pop(lane, None)
+            else:
+                self.running[lane] = text
+            shown = " | ".join(self.running[k] for k in sorted(self.running, key=lambda k: -1 if k is None else k))
+        if self.announce is not None and shown:
+            self.announce(shown)
+
+    def _attempt(self, spec: TrialSpec, attempt: int, lane: Optional[int] = None) -> dict | str:
         """One run of the task: its packed result, or one line saying why it was lost."""
         ray = self.ray
-        options = self._options(spec, attempt)
-        if self.announce is not None:
-            target = getattr(options.get("scheduling_strategy"), "node_id", None)
-            where = f"{self.hosts().get(target, '?')} ({target[:8]})" if target else "a free node"
-            run = f" (run {spec.replicate + 1})" if spec.replicate else ""
-            self.announce(f"{spec.label}{run} on {where}" + (f", attempt {attempt + 1}" if attempt else ""))
+        if self.stopping.is_set():
+            raise KeyboardInterrupt  # Ctrl-C reached the driver: no lane sends another trial
+        options = self._options(spec, attempt, lane)
+        target = getattr(options.get("scheduling_strategy"), "node_id", None)
+        where = f"{self.hosts().get(target, '?')} ({target[:8]})" if target else "a free node"
+        run = f" (run {spec.replicate + 1})" if spec.replicate else ""
+        self._show(lane, f"{spec.label}{run} on {where}" + (f", attempt {attempt + 1}" if attempt else ""))
         ref = self.remote.options(**options).remote(spec.model_dump(mode="json"))
         no_node_since: Optional[float] = None
         try:
@@ -168,6 +200,8 @@ class RayExecutor:
                 ready, _ = ray.wait([ref], timeout=1.0)
                 if ready:
                     break
+                if self.stopping.is_set():  # Ctrl-C, taken by the main thread while this lane waited
+                    raise KeyboardInterrupt
                 if self.nodes():
                     no_node_since = None
                 elif no_node_since is None:
