@@ -112,9 +112,28 @@ def finish(proc: subprocess.Popen, timeout: float = 400) -> str:
 
 
 def bursts_on(node) -> list[psutil.Process]:
-    """The burst processes running under ``node``'s raylet (ours only, not other sessions' bursts)."""
-    return [p for p in descendants(node.all_processes["raylet"][0].process.pid)
-            if "perftune.burst" in " ".join(p.cmdline())]
+    """The burst processes running under ``node``'s raylet (ours only, not other sessions' bursts); a burst that
+    ends while this looks (a zombie, or gone) is not running."""
+    found = []
+    for p in descendants(node.all_processes["raylet"][0].process.pid):
+        try:
+            if "perftune.burst" in " ".join(p.cmdline()):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+@pytest.fixture
+def sweeps():
+    """The sweep drivers a test started: any still running when it ends (a failed test) is killed, so it cannot
+    run on into the next test's cluster."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 def span(result: dict) -> tuple[float, float]:
@@ -125,12 +144,13 @@ def span(result: dict) -> tuple[float, float]:
     return start, start + result["wall_s"]
 
 
-def test_a_sweep_on_two_nodes_has_the_local_layout_and_records_its_nodes(cluster, tmp_path):
+def test_a_sweep_on_two_nodes_has_the_local_layout_and_records_its_nodes(cluster, tmp_path, sweeps):
     plan = write_plan(tmp_path, name="rayt", workload_params=dict(TINY_MLP), burst=BURST,
                       variables={"prefetch_size": [4]}, decision={"baseline_runs": 2})
     out = tmp_path / "out"
     started = time.perf_counter()
     proc = start_sweep(plan, out, cluster.address)
+    sweeps.append(proc)
     log = finish(proc)
     print(f"[ray sweep: {time.perf_counter() - started:.0f} s, load {os.getloadavg()}]", file=sys.stderr)
     assert proc.returncode == 0, log
@@ -170,17 +190,19 @@ def test_a_sweep_on_two_nodes_has_the_local_layout_and_records_its_nodes(cluster
     assert set(perftune.load_results(out).trials["node_id"]) == worker_ids
     # resume: every trial reused, nothing sent to the cluster again
     again = start_sweep(plan, out, cluster.address)
+    sweeps.append(again)
     assert again.wait(timeout=120) == 0
     resumed = json.loads((out / "results.json").read_text())["trials"]
     assert len(resumed) == len(trials) and all(t["reused"] for t in resumed)
 
 
-def test_ctrl_c_on_the_driver_stops_the_remote_bursts_of_every_lane(cluster, tmp_path):
+def test_ctrl_c_on_the_driver_stops_the_remote_bursts_of_every_lane(cluster, tmp_path, sweeps):
     plan = write_plan(tmp_path, name="rayint", workload_params=dict(TINY_MLP),
                       burst={**BURST, "steps": 40, "repeats": 3, "profile_steps": 0}, variables={"prefetch_size": [4]},
                       decision={"baseline_runs": 1})
     out = tmp_path / "out"
     proc = start_sweep(plan, out, cluster.address)
+    sweeps.append(proc)
     bursts: list[psutil.Process] = []
     deadline = time.monotonic() + 300
     while len(bursts) < 2 and time.monotonic() < deadline and proc.poll() is None:  # both lanes running
@@ -197,11 +219,12 @@ def test_ctrl_c_on_the_driver_stops_the_remote_bursts_of_every_lane(cluster, tmp
     assert not [b for node in cluster.workers for b in bursts_on(node)], "a lane sent a trial after the Ctrl-C"
 
 
-def test_a_node_that_dies_mid_trial_is_replaced_and_recorded(cluster, tmp_path):
+def test_a_node_that_dies_mid_trial_is_replaced_and_recorded(cluster, tmp_path, sweeps):
     plan = write_plan(tmp_path, name="raykill", workload_params=dict(TINY_MLP),
                       burst={**BURST, "steps": 30, "repeats": 3}, decision={"baseline_runs": 1})
     out = tmp_path / "out"
     proc = start_sweep(plan, out, cluster.address)
+    sweeps.append(proc)
     victim, burst = None, None
     deadline = time.monotonic() + 180
     while victim is None and time.monotonic() < deadline and proc.poll() is None:
