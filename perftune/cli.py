@@ -129,7 +129,7 @@ def main() -> None:
 @user_errors
 def validate(plan_path: Path) -> None:
     """Check PLAN_PATH without running anything (exit 2 with one line per problem)."""
-    from perftune.engine.plan import load_plan
+    from perftune.engine.plan_load import load_plan
 
     plan = load_plan(plan_path)
     n_values = sum(len(v) for v in plan.variables.values())
@@ -199,7 +199,7 @@ def sweep(plan_path: Path, out_dir: Path | None, fresh: bool, progress: bool, re
     """Run the sweep of PLAN_PATH: baseline, one variable at a time, stack what helped; resumable."""
     from perftune.commands import plan_output_dir
     from perftune.commands import sweep as run_sweep
-    from perftune.engine.plan import load_plan
+    from perftune.engine.plan_load import load_plan
     from perftune.report import REPORT_NAME
     from perftune.report.summary import sweep_summary
 
@@ -322,8 +322,8 @@ def report_command(results_dir: Path) -> None:
 @user_errors
 def peak_command(device: str, refresh: bool, size: int, seconds: float) -> None:
     """Measure this machine's peak matmul FLOP/s with MindSpore once and cache it; reports use it for MFU."""
-    from perftune.io.peak import cache_path
-    from perftune.peak import machine_peak
+    from perftune.io.peak_cache import cache_path
+    from perftune.peak_probe import machine_peak
 
     record, measured = machine_peak(device, refresh=refresh, size=size, seconds=seconds)
     click.echo(f"{record.flops_per_s / 1e9:.1f} GFLOP/s peak ({record.dtype}; median call "

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from perftune.engine.blocked import node_summary
-from perftune.engine.plan import load_plan, parse_set_options
+from perftune.engine.plan_load import load_plan, parse_set_options
 from perftune.engine.specs import make_spec
 from perftune.engine.progress import SweepProgress
 from perftune.engine.script_plan import check_set_routes

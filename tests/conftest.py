@@ -51,7 +51,7 @@ def peak_cache(tmp_path_factory):
     (``perftune peak`` writes ~/.cache/perftune/peak.json); tests that need one write it themselves."""
     import os
 
-    from perftune.io.peak import CACHE_ENV
+    from perftune.io.peak_cache import CACHE_ENV
 
     before = os.environ.get(CACHE_ENV)
     os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("peak_cache"))

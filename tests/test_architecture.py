@@ -194,6 +194,15 @@ def test_no_module_is_long():
     assert long_modules(ROOT, "perftune") == []
 
 
+def test_no_module_name_is_used_twice():
+    """A module's file name says what it does: two ``summary.py`` in two packages make a reader open both."""
+    names: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "perftune").rglob("*.py")):
+        if path.name not in ("__init__.py", "__main__.py"):
+            names.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert {n: p for n, p in names.items() if len(p) > 1} == {}
+
+
 def test_every_folder_is_a_package():
     """setuptools' package discovery skips a folder without ``__init__.py``: it would be missing from the wheel."""
     folders = {p.parent for p in (ROOT / "perftune").rglob("*.py")}

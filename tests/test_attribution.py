@@ -23,7 +23,7 @@ import pytest
 
 from perftune.profile.attribution import KINDS, attribute_phases, launch_kind, launch_table, recompute_share
 from perftune.profile.layouts import load_profile
-from perftune.profile.phases import classify_phase
+from perftune.profile.op_phase import classify_phase
 from perftune.profile.splits import compute_splits
 from perftune.io.records import PHASES
 

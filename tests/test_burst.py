@@ -15,7 +15,7 @@ import yaml
 from conftest import TINY_BURST, TINY_MLP
 from perftune.cli import main
 from perftune.compat import cli_runner
-from perftune.engine.plan import accuracy_samples, lr_scale, parse_plan
+from perftune.engine.plan_load import accuracy_samples, lr_scale, parse_plan
 from perftune.io.records import Note
 from perftune.engine.specs import make_spec
 from perftune.runner import run_trial

@@ -241,7 +241,7 @@ def test_other_machine_and_versions_warn_but_compare(compare_runs, tmp_path):
 
 
 def test_ci_plan_is_valid_and_small():
-    from perftune.engine.plan import load_plan
+    from perftune.engine.plan_load import load_plan
 
     plan = load_plan(REPO / "experiments" / "ci" / "tiny.yaml")
     assert plan.workload == "mlp" and len(plan.variables) <= 1

@@ -23,7 +23,7 @@ from conftest import REPO
 from perftune.burst.failures import classify_failure
 from perftune.cli import SweepProgressDisplay, main
 from perftune.compat import MissingApi, cli_runner, lookup, recompute_cells, threads_configured
-from perftune.engine.plan import parse_plan
+from perftune.engine.plan_load import parse_plan
 from perftune.engine.specs import make_spec
 
 try:

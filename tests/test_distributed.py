@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("mindspore")
 
-from perftune.engine.plan import PlanError, parse_plan  # noqa: E402
+from perftune.engine.plan_load import PlanError, parse_plan  # noqa: E402
 from perftune.engine.specs import make_spec  # noqa: E402
 from perftune.io.records import PHASES, TrialResult  # noqa: E402
 from perftune.profile.layouts import load_profile  # noqa: E402

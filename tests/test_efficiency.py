@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from perftune.io.peak import CACHE_ENV, PeakRecord, cache_path, peak_key, read_peak, write_peak
+from perftune.io.peak_cache import CACHE_ENV, PeakRecord, cache_path, peak_key, read_peak, write_peak
 from perftune.report import write_report
 from perftune.report.efficiency import efficiency, trial_mfu
 from perftune.report.extra import sweep_environment

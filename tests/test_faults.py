@@ -144,7 +144,7 @@ def test_a_foreign_results_json_is_never_overwritten(tmp_path):
 
 
 def test_fresh_deletes_only_what_perftune_wrote(finished, tmp_path):
-    from perftune.engine.plan import parse_plan
+    from perftune.engine.plan_load import parse_plan
     from perftune.engine.sweep import Sweep
     from perftune.runner import run_trial
 

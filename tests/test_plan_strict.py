@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from perftune.engine.plan import load_plan
+from perftune.engine.plan_load import load_plan
 from perftune.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent

@@ -20,7 +20,7 @@ from perftune.errors import ProfileError, UserError
 from perftune.io.records import PHASES, Splits, TopOp
 from perftune.profile.columns import OP_COLUMNS
 from perftune.profile.layouts import ProfileData, load_all_ranks, load_profile
-from perftune.profile.phases import classify_phase
+from perftune.profile.op_phase import classify_phase
 from perftune.profile.splits import compute_splits, top_ops
 
 PROFILES = Path(__file__).resolve().parent / "data" / "profiles"

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from conftest import REPO, run_sweep_cli
 from perftune.cli import main
-from perftune.engine.plan import PlanError, load_plan
+from perftune.engine.plan_load import PlanError, load_plan
 from perftune.engine.specs import make_spec
 from perftune.io.records import TrialResult, TrialSpec
 from perftune.io.sweep_records import SweepResult

@@ -235,7 +235,7 @@ def test_fresh_starts_over(quick_sweep, tmp_path):
     """--fresh runs everything again instead of reusing (checked on a copy, without running the bursts)."""
     import shutil
 
-    from perftune.engine.plan import parse_plan
+    from perftune.engine.plan_load import parse_plan
     from perftune.engine.sweep import Sweep
     from perftune.runner import run_trial
 

@@ -4,7 +4,7 @@ Three kinds of things live here:
 
 * helpers for the parent scripts: plans, running perftune bursts, load average, figures, failure exit;
 * ``mfu()`` / ``trial_mfu()`` (from ``perftune.report.efficiency``) and ``matmul_peak_*()`` (MindSpore's is
-  ``perftune peak``'s ``perftune.peak.measure_peak``; NumPy's is a cross-check): model FLOPs utilisation;
+  ``perftune peak``'s ``perftune.peak_probe.measure_peak``; NumPy's is a cross-check): model FLOPs utilisation;
 * child-process entries (``python experiments/benchmarks/_common.py plain|peak|instrumented ...``): a plain,
   hand-written MindSpore training loop, the matmul peak, and a perftune burst with a timer around each of its
   stages.  Every measurement runs in a fresh process, as perftune's own bursts do (MindSpore's context is
@@ -80,7 +80,7 @@ def log(msg: str) -> None:
 
 def make_plan(**fields):
     """A validated perftune ``Plan`` (name defaults to 'bench')."""
-    from perftune.engine.plan import parse_plan
+    from perftune.engine.plan_load import parse_plan
 
     data = {"name": "bench", **fields}
     return parse_plan(data, "benchmark plan")
@@ -187,7 +187,7 @@ def run_child(command: str, args: dict, timeout_s: float = 600, cwd: Optional[Pa
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# MFU: model FLOPs utilisation (perftune's own: perftune/report/efficiency.py, perftune/peak.py)
+# MFU: model FLOPs utilisation (perftune's own: perftune/report/efficiency.py, perftune/peak_probe.py)
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -224,8 +224,8 @@ def matmul_peak_numpy(n: int = 2048, repeats: int = 7) -> dict:
 
 def matmul_peak_mindspore(n: int = 2048, repeats: int = 7) -> dict:
     """Best and median float32 FLOP/s of an n x n x n ``ops.MatMul`` in MindSpore: ``perftune peak``'s own
-    measurement (``perftune.peak.measure_peak``), ``repeats`` calls after a warm-up."""
-    from perftune.peak import measure_peak
+    measurement (``perftune.peak_probe.measure_peak``), ``repeats`` calls after a warm-up."""
+    from perftune.peak_probe import measure_peak
 
     r = measure_peak("CPU", n, seconds=0.0, min_repeats=repeats)
     return {"n": n, "best_flops_per_s": r.flops_per_s, "median_flops_per_s": r.median_flops_per_s}

@@ -51,7 +51,7 @@ def sweep(plan: dict, side: Path, round_: int) -> Path:
     """One real sweep of ``plan`` into ``side/<round>``: what ``perftune sweep PLAN --out side/<round>`` runs (each
     burst in a fresh process), called in this process to spare the CLI's start-up per sweep."""
     from perftune.commands import sweep as run_sweep
-    from perftune.engine.plan import load_plan
+    from perftune.engine.plan_load import load_plan
 
     side.mkdir(parents=True, exist_ok=True)
     plan_path = side / "plan.yaml"

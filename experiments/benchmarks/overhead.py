@@ -45,7 +45,7 @@ TARGET_SHARE = 0.25
 
 def measure_workload(name: str, pairs: int, out: Path) -> dict:
     from perftune import knobs as knob_registry
-    from perftune.engine.plan import accuracy_samples
+    from perftune.engine.plan_load import accuracy_samples
 
     params, batch = c.WORKLOADS[name]
     plan = c.make_plan(workload=name, workload_params=params, baseline={"batch_size": batch})

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 
 from perftune.burst import contention
 from perftune.burst.failures import one_line
-from perftune.burst.summary import (
+from perftune.burst.results import (
     analyse_profile,
     calibrated_window_steps,
     finite_or_none,

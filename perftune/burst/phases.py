@@ -38,7 +38,7 @@ from perftune.burst.context import (
     single_process_notes,
 )
 from perftune.burst.failures import KnobRefused, one_line
-from perftune.burst.summary import (
+from perftune.burst.results import (
     analyse_profile,
     calibrated_window_steps,
     finite_or_none,

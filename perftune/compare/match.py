@@ -6,7 +6,7 @@ import json
 from typing import Any, Callable, Optional
 
 from perftune import knobs as knob_registry
-from perftune.compare.load import Entry, Side
+from perftune.compare.sides import Entry, Side
 from perftune.errors import UserError
 
 MISSING = "<not recorded>"

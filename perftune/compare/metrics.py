@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from perftune.compare.load import Entry
+from perftune.compare.sides import Entry
 from perftune.engine import stats
 from perftune.errors import UserError
 from perftune.io.plan import ACCURACY_METRICS

@@ -28,7 +28,7 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from perftune.compare.load import Side, load_side
+from perftune.compare.sides import Side, load_side
 from perftune.compare.match import (
     check_comparable,
     closest_difference,

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Hashable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
 from perftune.engine import stats
+from perftune.engine.sequential import ProcessRun
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import ComparisonRecord, NodeComparison, NodeSummary, SweepResult
 
@@ -35,6 +36,11 @@ def node_of(result: TrialResult) -> str:
     if result.node is not None:
         return result.node.node_id or result.node.host
     return LOCAL_NODE
+
+
+def process_run(key: Hashable, result: TrialResult) -> ProcessRun:
+    """A usable process as the races see it: its windows' throughputs and the node that ran it."""
+    return ProcessRun(key, tuple(w.samples_per_s for w in result.windows), node_of(result))
 
 
 def by_node(results: Iterable[TrialResult]) -> dict[str, stats.Measurement]:

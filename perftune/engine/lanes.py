@@ -59,22 +59,18 @@ def run_lanes(lanes: Sequence[Sequence[Item]], work: Callable[[int, Item], Done]
     pool = ThreadPoolExecutor(max_workers=max(1, len(lanes)), thread_name_prefix="perftune-lane")
     futures: list[Future] = [pool.submit(lane_work, j) for j, items in enumerate(lanes) if items]
     try:
-        try:
-            while True:  # short waits: the main thread stays able to take Ctrl-C
-                done, running = wait(futures, timeout=0.5, return_when=FIRST_EXCEPTION)
-                if not running or any(f.exception() is not None for f in done):
-                    break
-        except BaseException:
-            halt.set()
-            stop()
-            wait(futures)
-            raise
-        failed = [f.exception() for f in futures if f.done() and f.exception() is not None]
-        if failed:
-            halt.set()
-            stop()
-            wait(futures)
-            raise failed[0]
+        while True:  # short waits: the main thread stays able to take Ctrl-C
+            done, running = wait(futures, timeout=0.5, return_when=FIRST_EXCEPTION)
+            failed = [f.exception() for f in done if f.exception() is not None]
+            if failed:
+                raise failed[0]
+            if not running:
+                break
+    except BaseException:  # Ctrl-C here, or a lane's exception: the other lanes stop before it goes on up
+        halt.set()
+        stop()
+        wait(futures)
+        raise
     finally:
         pool.shutdown(wait=True)
     return results

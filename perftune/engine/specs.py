@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from perftune import knobs
-from perftune.engine.plan import accuracy_samples, lr_scale as plan_lr_scale
+from perftune.engine.plan_load import accuracy_samples, lr_scale as plan_lr_scale
 from perftune.io.plan import Plan, ScriptWorkload
 from perftune.io.records import TrialSpec
 

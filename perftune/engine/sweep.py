@@ -33,7 +33,7 @@ from typing import Any, Callable, Hashable, Optional
 from perftune import knobs
 from perftune.engine import accuracy as accuracy_gate
 from perftune.engine import lm, noop, order, verdicts
-from perftune.engine.blocked import node_of
+from perftune.engine.blocked import process_run
 from perftune.engine.progress import SilentProgress, SweepProgress
 from perftune.engine.lanes import ParallelRunner, lanes_of
 from perftune.engine.race import EXCLUDED, LaneOutcome, Race
@@ -142,11 +142,9 @@ class Sweep:
         looks passing: once that many processes in a row were contended, it is the machine's state, measuring again
         would double the cost for nothing, and the process is used (and counted in its comparison's ``contended``).
         """
-        changes, kind = self.configs[key]
         retries, limit = 0, self.plan.decision.remeasure_contended
         while True:
-            replicate = self.book(key)
-            trial = self.measure(changes, kind if replicate == 0 or kind == "baseline" else "repeat", replicate)
+            trial = self.measure_replicate(key, self.book(key))
             self.processes[key].append(trial)
             r = trial.result
             if trial.verdict in FAILED or not r.windows:
@@ -161,19 +159,23 @@ class Sweep:
                 self._done(trial)
                 continue
             self._done(trial)
-            return ProcessRun(key, tuple(w.samples_per_s for w in r.windows), node_of(r))
+            return process_run(key, r)
 
     def book(self, key: Hashable) -> int:
         """The next replicate of ``key``, reserved (a lane's process gets its number before the round starts)."""
         with self.lock:
-            replicate = max(self.booked.get(key, 0), len(self.processes[key]))
+            replicate = self.booked.get(key, 0)  # every process of ``key`` is booked first
             self.booked[key] = replicate + 1
             return replicate
 
+    def measure_replicate(self, key: Hashable, replicate: int, lane: Optional[int] = None) -> SweepTrial:
+        """Process ``replicate`` of ``key``: the first carries the configuration's kind, later ones are repeats."""
+        changes, kind = self.configs[key]
+        return self.measure(changes, kind if replicate == 0 or kind == "baseline" else "repeat", replicate, lane)
+
     def measure_booked(self, key: Hashable, replicate: int, lane: int) -> SweepTrial:
         """A lane's process (in the lane's thread): measured once; ``settle`` decides whether its timing is used."""
-        changes, kind = self.configs[key]
-        trial = self.measure(changes, kind if replicate == 0 or kind == "baseline" else "repeat", replicate, lane)
+        trial = self.measure_replicate(key, replicate, lane)
         with self.lock:
             self.processes[key].append(trial)
             self.processes[key].sort(key=lambda t: t.replicate)
@@ -195,7 +197,7 @@ class Sweep:
                               "used the node's cores): not used")
             self.save()
             return EXCLUDED
-        return ProcessRun(key, tuple(w.samples_per_s for w in r.windows), node_of(r))
+        return process_run(key, r)
 
     def first(self, key: Hashable) -> SweepTrial:
         return self.processes[key][0]
@@ -380,8 +382,7 @@ class Sweep:
             trial = self.measure(without, "leave_one_out")  # an earlier stack row's process is reused
             if trial.verdict not in FAILED:
                 if not any(r.config == key for r in self.runs):
-                    self.runs.append(ProcessRun(key, tuple(w.samples_per_s for w in trial.result.windows),
-                                                node_of(trial.result)))
+                    self.runs.append(process_run(key, trial.result))
                 # how much faster the final stack is than the stack without this change
                 trial.vs_previous = self.informational(self.best, key, f"final without {label_of(s.change or {})}")
                 trial.vs_baseline = self.informational(key, self.base, "baseline")

@@ -1,6 +1,6 @@
 """The plan's typed records (``plan.yaml`` as validated): also embedded in every ``spec.json`` / ``trial.json``
 (``burst``, ``distributed``) and in ``results.json`` (``plan``).  Loading and the cross-field checks with their
-one-line messages are ``perftune.engine.plan``'s job; these models only hold the values and their ranges.
+one-line messages are ``perftune.engine.plan_load``'s job; these models only hold the values and their ranges.
 """
 
 from __future__ import annotations

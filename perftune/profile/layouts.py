@@ -40,7 +40,7 @@ from perftune.profile.columns import (
     read_csv,
 )
 from perftune.profile.attribution import aggregate_launches, launch_table, phase_ms_by_step, place_launches
-from perftune.profile.phases import OP_PHASES, scan_timestamps, phase_rule, place_by_timeline
+from perftune.profile.op_phase import OP_PHASES, scan_timestamps, phase_rule, place_by_timeline
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import Optional
 from perftune.profile.attribution import recompute_share
 from perftune.io.records import Splits, TopOp, TopOpType
 from perftune.profile.layouts import ProfileData
-from perftune.profile.phases import COMPUTE_PHASES, OP_PHASES
+from perftune.profile.op_phase import COMPUTE_PHASES, OP_PHASES
 
 
 #: a profiled step within this factor of the timed one is the same step; beyond it the ratio is stated as the cause

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from perftune.io.peak import PeakRecord, cache_path, read_peak
+from perftune.io.peak_cache import PeakRecord, cache_path, read_peak
 from perftune.io.records import Environment
 from perftune.io.sweep_records import SweepTrial
 

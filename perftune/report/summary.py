@@ -47,9 +47,9 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
                      f"perplexity {_num(acc.perplexity, '.2f')}, train loss {_num(acc.train_loss, '.4f')}"
                      + (f", repetition {acc.repetition_rate:.2f}" if acc.repetition_rate is not None else "")
                      + (" NON-FINITE" if acc.nonfinite else ""))
-        if validation_figures(acc):
-            lines.append(f"  validation   the script's own, after {acc.val_metrics_samples} samples: "
-                         f"{validation_figures(acc)}")
+        figures = validation_figures(acc)
+        if figures:
+            lines.append(f"  validation   the script's own, after {acc.val_metrics_samples} samples: {figures}")
         if acc.sample_text is not None:
             lines.append(f"  sample       {acc.sample_text!r} (greedy, after the accuracy window)")
     p = r.profile

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 
 from perftune.errors import UserError
-from perftune.io.peak import PeakRecord, read_peak, write_peak
+from perftune.io.peak_cache import PeakRecord, read_peak, write_peak
 
 DEFAULT_SIZE = 2048
 DEFAULT_SECONDS = 2.0
