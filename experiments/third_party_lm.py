@@ -1,4 +1,5 @@
-"""How to wrap a third-party language model for perftune (README "A third-party language model"), runnable.
+"""How to wrap a third-party language model for perftune (experiments/README.md, "A third-party language model"),
+runnable.
 
 Third-party LM packages (mindformers' ``LlamaForCausalLM``, mindnlp's models) do not install beside MindSpore 2.10 and
 NumPy 2 here, so this file shows the wrapping on a stand-in with the same shape: ``CausalLMWithLoss`` below is built

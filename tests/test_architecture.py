@@ -1,5 +1,5 @@
-"""The layout's rules (README "Architecture"), checked with ``ast`` over the source tree, and the checker itself
-checked on a small package that breaks every rule."""
+"""The layout's rules (perftune/README.md, "Architecture"), checked with ``ast`` over the source tree, and the
+checker itself checked on a small package that breaks every rule."""
 
 from __future__ import annotations
 

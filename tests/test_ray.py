@@ -1,7 +1,7 @@
 """``perftune sweep --executor ray`` on a real Ray cluster started on this machine (loopback).
 
 The cluster (``ray.cluster_utils.Cluster``): a head that runs no trial (no ``perftune`` resource) and two worker
-nodes with ``perftune: 1`` each, as the README's ``ray start`` lines set up real machines.  The sweeps are real
+nodes with ``perftune: 1`` each, as experiments/README.md's ``ray start`` lines set up real machines.  The sweeps are real
 bursts, started as a separate driver process (``python -m perftune.cli sweep``), so a test can kill a node or the
 driver while a trial runs.  Tests check files, records and clean-up, never which configuration ran faster.
 """
