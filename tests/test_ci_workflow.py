@@ -12,6 +12,9 @@ Checked: the rounds ran interleaved (base, change, base, change), each side with
 pooled both rounds per side; its exit code is 0 or 1 and agrees with the Markdown written to
 ``$GITHUB_STEP_SUMMARY`` and with ``runs/compare.json``.  Which side was faster is not asserted (the two commits run
 the same code on a shared machine); the decision rule has its own tests on simulated measurements.
+
+Two fast checks keep the documentation of this path true: the README's test command is the one ``.ci/run`` runs,
+and every relative link of the README and its reference pages resolves (file and heading).
 """
 
 from __future__ import annotations
@@ -142,3 +145,40 @@ def test_workflow_steps_run_locally(tmp_path):
     assert summary.startswith(f"### perftune compare: {heading}\n"), summary[:200]
     assert f"commit {short['base']}" in summary and f"commit {short['change']}" in summary
     assert f"| {config['label']} | " in summary
+
+
+PAGES = ["README.md", "perftune/README.md", "experiments/README.md", "experiments/benchmarks/README.md",
+         ".ci/README.md", "reports/README.md"]
+
+
+def test_readme_commands_are_the_ones_ci_runs():
+    """The README's test command is the one ``.ci/run`` runs word for word, and the README shows the workflow."""
+    readme = (REPO / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)\n```", readme, flags=re.S)
+    test_command = next(b for b in blocks if "pytest" in b)
+    assert test_command in [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
+    assert "(experiments/ci/perftune-compare.yml)" in readme
+    assert any("perftune sweep experiments/quickstart.yaml" in b for b in blocks)
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#+\s+(.*)$", text, flags=re.M)}
+
+
+def test_the_pages_links_resolve():
+    """Every relative link of the README and the reference pages names a file that exists and a heading it has."""
+    broken = []
+    for name in PAGES:
+        page = REPO / name
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for link in re.findall(r"\]\(([^)\s]+)\)", text):
+            if link.startswith(("http://", "https://")):
+                continue
+            path, _, fragment = link.partition("#")
+            target = (page.parent / path).resolve() if path else page
+            if not target.exists() or (fragment and (target.is_dir() or fragment not in anchors(target))):
+                broken.append(f"{name}: {link}")
+    assert broken == []
