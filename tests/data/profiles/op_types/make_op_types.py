@@ -138,18 +138,60 @@ def table_entry(name: str) -> dict:
     types: dict[str, dict] = {}
     for r in profile.ops.itertuples(index=False):
         row = types.setdefault(str(r.op_type), {"phases_ms": {}, "rules": [], "example": str(r.full_name)})
-        row["phases_ms"][r.phase] = round(row["phases_ms"].get(r.phase, 0.0) + float(r.total_ms), 3)
+        row["phases_ms"][r.phase] = row["phases_ms"].get(r.phase, 0.0) + float(r.total_ms)
         if r.phase_rule not in row["rules"]:
             row["rules"].append(str(r.phase_rule))
     for row in types.values():
         row["rules"].sort()
+        row["phases_ms"] = {p: round(ms, 3) for p, ms in sorted(row["phases_ms"].items())}
     return {"model": model, "mode": mode, "route": "Model.train" if name.endswith("_model") else "perftune cell step",
             "launch_steps": profile.launch_steps, "op_types": dict(sorted(types.items()))}
+
+
+README_HEAD = """# op_types: which phase each op type gets, on real profiles (MindSpore 2.10.0 CPU)
+
+Real profiler output, produced on a shared 2-core CPU machine by, from the repository root:
+
+    .venv/bin/python tests/data/profiles/op_types/make_op_types.py all
+
+(about 4 minutes; one fresh process per scenario; `--table-only` redoes `table.json` and this page from the stored
+profiles after a rule changes on purpose).  Per scenario `<model>_<mode>_<route>/` keeps the two files the phase
+attribution reads (`FRAMEWORK/cpu_op_detail_info_0.csv`, `FRAMEWORK/cpu_op_execute_timestamp_0.txt`) of 2
+profiled steps after 2 warm-up steps.  Models: mindcv 0.3.0 ResNet-18, MobileNetV3-small (`mnv3`) and a one-block
+ViT (mindcv's `VisionTransformer`, 32x32 images, patch 8, width 32) trained as `mindspore.train.Model` trains them
+(`model`: its own train network, mindcv's momentum optimizer, batch 2 of 32x32 images), the route of a script
+workload; perftune's `tiny_gpt` and `experiments/third_party_lm.py` (`tp_lm`: d_model 32, 1 layer, seq 16, batch 4)
+with perftune's own cell step and Adam (`cell`), the route of a `package.module:function` workload.
+
+`table.json`: per scenario, every op type with the ms per phase perftune gives it over the profiled steps and the
+rules that decided (`op_type`, `scope`: from what the op is; `timeline`, `recompute`: placed by where its launches
+ran in the step; `default`: not placed).  `tests/test_op_types.py` re-attributes the profiles against it and checks
+that gradient kernels are backward by type or scope (never by time), update kernels optimizer, forward kernels
+forward.  Below: F / B / O = forward / backward / optimizer, with the rules in brackets.
+
+"""
+PHASE_LETTER = {"forward": "F", "backward": "B", "optimizer": "O", "communication": "C"}
+RULE_WORD = {"op_type": "type", "scope": "scope", "timeline": "time", "recompute": "rec", "default": "def"}
+
+
+def readme(table: dict) -> str:
+    names = sorted(table)
+    short = [n.replace("mobilenet_v3_small_100", "mnv3").replace("third_party_lm", "tp_lm") for n in names]
+    lines = ["| op type | " + " | ".join(short) + " |", "|---|" + "---|" * len(names)]
+    for op_type in sorted({t for e in table.values() for t in e["op_types"]}):
+        cells = []
+        for n in names:
+            row = table[n]["op_types"].get(op_type)
+            cells.append("" if row is None else "".join(v for p, v in PHASE_LETTER.items() if p in row["phases_ms"]) + " ("
+                         + "/".join(RULE_WORD[r] for r in row["rules"]) + ")")
+        lines.append(f"| {op_type} | " + " | ".join(cells) + " |")
+    return README_HEAD + "\n".join(lines) + "\n"
 
 
 def write_table() -> None:
     table = {name: table_entry(name) for name in SCENARIOS if (HERE / name).is_dir()}
     (HERE / "table.json").write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    (HERE / "README.md").write_text(readme(table))
 
 
 def main() -> None:
