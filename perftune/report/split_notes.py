@@ -15,14 +15,14 @@ def warning_text(w: SplitWarning) -> str:
     if w.kind == "ops_overlap":
         return (f"op time {f['op_ms']:.3f} ms exceeds the profiled steps' own compute {f['profiled_ms']:.3f} ms "
                 "(ops overlap, or a collective waits for a peer); squeezed into it")
-    if w.kind == "profiled_slower":
+    if w.kind in ("profiled_slower", "profiled_faster"):
+        slower = w.kind == "profiled_slower"
+        factor = 1 / f["op_scale"] if slower else f["op_scale"]
+        why = ("profiler overhead: every launch is recorded" if slower else
+               "the timed steps waited for something the profiled ones did not: contention or an asynchronous queue")
         return (f"op phases x{f['op_scale']:.3f}: the profiled steps' compute {f['profiled_ms']:.3f} ms ran "
-                f"x{1 / f['op_scale']:.2f} slower than the timed steps' {f['timed_ms']:.3f} ms (profiler overhead: "
-                "every launch is recorded)")
-    if w.kind == "profiled_faster":
-        return (f"op phases x{f['op_scale']:.3f}: the profiled steps' compute {f['profiled_ms']:.3f} ms ran "
-                f"x{f['op_scale']:.2f} faster than the timed steps' {f['timed_ms']:.3f} ms (the timed steps waited "
-                "for something the profiled ones did not: contention or an asynchronous queue)")
+                f"x{factor:.2f} {'slower' if slower else 'faster'} than the timed steps' {f['timed_ms']:.3f} ms "
+                f"({why})")
     if w.kind == "op_scale_far":
         return (f"profiled and timed steps differ by more than x{f['limit']:.2f}: each phase is only known to lie "
                 "in its range; compare phases of two trials by their ranges")
