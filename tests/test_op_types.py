@@ -192,3 +192,26 @@ def test_by_time_share_counts_only_ops_without_evidence():
 def test_phase_ranges_without_a_speed_difference_or_steps_are_empty():
     assert phase_ranges({"forward": 1.0, "backward": 1.0, "optimizer": 1.0},
                         {"forward": 1.0, "backward": 1.0, "optimizer": 1.0}, 0.0) == {}
+
+
+def test_each_profile_file_is_read_once(monkeypatch):
+    """The timestamps file (the largest) and the op table are each opened once per load (issue 29)."""
+    import builtins
+    from collections import Counter
+    from pathlib import Path as P
+
+    opened: Counter = Counter()
+    real_open, real_read_bytes = builtins.open, P.read_bytes
+
+    def counting_open(file, *args, **kwargs):
+        opened[P(file).name] += 1
+        return real_open(file, *args, **kwargs)
+
+    def counting_read_bytes(self):
+        opened[self.name] += 1
+        return real_read_bytes(self)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    monkeypatch.setattr(P, "read_bytes", counting_read_bytes)
+    load_profile(HERE / "resnet18_pynative_model")
+    assert opened["cpu_op_execute_timestamp_0.txt"] == 1 and opened["cpu_op_detail_info_0.csv"] == 1, opened
