@@ -22,6 +22,7 @@ import scipy.stats as sps
 from perftune.io.records import PHASES
 from perftune.profile.layouts import ProfileData, load_profile
 from perftune.profile.splits import compute_splits
+from perftune.report.split_notes import split_notes, warning_text
 
 PROFILES = Path(__file__).resolve().parent / "data" / "profiles"
 REPEATS = [f"repeat_pynative_cell_run{i}" for i in (1, 2, 3)]
@@ -80,8 +81,9 @@ def test_burst_splits_carry_the_profiled_shares_to_the_timed_step(name):
     assert sp.op_scale == pytest.approx(timed_compute / profiled_compute)
     assert sp.profiled_step_ms == t["step_ms"]
     if abs(sp.op_scale - 1) > 0.05:  # the cause is stated, with both numbers
-        assert sp.op_scale_cause and f"{profiled_compute:.3f} ms" in sp.op_scale_cause
-        assert ("slower" if sp.op_scale < 1 else "faster") in sp.op_scale_cause
+        (w,) = [w for w in sp.warnings if w.kind in ("profiled_slower", "profiled_faster")]
+        assert w.kind == ("profiled_slower" if sp.op_scale < 1 else "profiled_faster")
+        assert f"{profiled_compute:.3f} ms" in warning_text(w)
 
 
 def test_profiler_overhead_is_not_squeezed_into_the_step():
@@ -93,8 +95,9 @@ def test_profiler_overhead_is_not_squeezed_into_the_step():
     assert sum(getattr(sp, f"{p}_ms") for p in PHASES) == pytest.approx(slow, rel=1e-9)
     op_share = sum(prof.phase_totals_ms().values()) / t["profiled_steps"] / (t["step_ms"] - t["data_wait_ms"])
     assert sp.explained_share == pytest.approx(op_share, rel=1e-9)
-    assert "profiler overhead" in sp.op_scale_cause and "slower" in sp.op_scale_cause
-    assert "op phases x0.62" in sp.step_source
+    text = " ".join(split_notes(sp))
+    assert "profiler overhead" in text and "slower" in text and "op phases x0.62" in text
+    assert [w.kind for w in sp.warnings] == ["profiled_slower", "op_scale_far"]
 
 
 def test_ops_longer_than_their_own_steps_are_squeezed_with_the_cause():
@@ -103,5 +106,5 @@ def test_ops_longer_than_their_own_steps_are_squeezed_with_the_cause():
     op_ms = sum(prof.phase_totals_ms().values()) / t["profiled_steps"]
     sp = compute_splits(prof, t["profiled_steps"], op_ms, 0.0, op_ms / 2, 0.0)
     assert sp.other_ms == pytest.approx(0.0, abs=1e-9)
-    assert "overlap" in sp.op_scale_cause and "squeezed" in sp.op_scale_cause
+    assert sp.warnings[0].kind == "ops_overlap" and "squeezed" in warning_text(sp.warnings[0])
     assert sum(getattr(sp, f"{p}_ms") for p in PHASES) == pytest.approx(op_ms, rel=1e-9)

@@ -83,6 +83,21 @@ class WindowStats(Record):
     contended: bool = False
 
 
+class SplitWarning(Record):
+    """Something a reader of the splits must know, as data (``perftune.report.split_notes`` words it).
+
+    kind: ``launch_steps`` (the profile's launches split into ``figures["launch_steps"]`` steps, not the
+    ``profiled_steps`` the burst ran), ``ops_overlap`` (op time exceeded the profiled steps' own compute: squeezed),
+    ``profiled_slower`` / ``profiled_faster`` (the profiled steps' compute ran at another speed than the timed
+    steps': ``profiled_ms``, ``timed_ms``), ``op_scale_far`` (that difference beyond ``limit``: each phase lies in
+    ``Splits.phase_ranges``, compare phases of two trials by it), ``ops_exceed_step`` (no profiled step time:
+    ``op_ms`` squeezed into ``budget_ms``).
+    """
+
+    kind: str
+    figures: dict[str, float] = Field(default_factory=dict)
+
+
 class Splits(Record):
     """Mean time per step by phase; the six phases add up to ``step_ms`` by construction (``other`` is the rest)."""
 
@@ -107,7 +122,15 @@ class Splits(Record):
     #: the factor on the profiled op times: timed compute / profiled compute (0.64: the profiled steps' compute
     #: ran x1.57 slower, the profiler's overhead), and in words why (None: within 5%, or not scaled)
     op_scale: Optional[float] = None
-    op_scale_cause: Optional[str] = None
+    op_scale_cause: Optional[str] = None  # written before ``warnings`` existed; new splits leave it None
+    #: share of step_ms whose phase came from where its launches ran in the step, not from the op's name or type
+    #: (bare PyNative ops, ``Default/<op>``, ``Expand/...``; None where not known)
+    by_time_share: Optional[float] = None
+    #: forward / backward / optimizer: [low, high] ms per step where the phase can lie, given the profiled steps'
+    #: spread and a speed difference between profiled and timed steps that may fall in any phase (op_scale_far)
+    phase_ranges: dict[str, list[float]] = Field(default_factory=dict)
+    #: what a reader must know about these splits, as data (rendered by the report)
+    warnings: list[SplitWarning] = Field(default_factory=list)
     #: each phase's share of step_ms (filled from the ms fields; written to trial.json for readers of the file)
     shares: dict[str, float] = Field(default_factory=dict)
 

@@ -16,8 +16,9 @@ So every launch gets a *kind* from its name (:func:`launch_kind`) and those kind
 placed by their position in the step's timeline (:func:`attribute_phases`):
 
 ``gradient``
-    ``Gradients/...`` (including ``Gradients/recompute_...``), ``*Grad`` kernels, ``Expand/_*Backward|_*Grad``:
-    backward wherever they run.
+    ``Gradients/...`` (including ``Gradients/recompute_...``), gradient kernels by type (``*Grad``, ``*Backward``,
+    ``Conv2DBackpropInput/Filter``: ``perftune.profile.op_phase.is_gradient_type``), ``Expand/_*Backward|_*Grad``:
+    backward wherever they run, never placed by time.
 ``fixed``
     optimizer and communication ops (the name rule of ``perftune.profile`` decides): unchanged.
 ``forward_scope``
@@ -96,7 +97,7 @@ def launch_kind(full_name: str, op_type: str, name_phase: str, name_rule: str) -
         return "recompute"
     if len(segments) >= 3 and segments[0] == "Expand" and _EXPAND_GRADIENT.search(segments[1]):
         return "gradient"
-    if name_phase == "backward":  # a *Grad kernel type
+    if name_phase == "backward":  # a gradient kernel by type (ReluGrad, Conv2DBackpropFilter, ...)
         return "gradient"
     if name_rule == "scope":
         return "forward_scope"

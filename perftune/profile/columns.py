@@ -164,3 +164,30 @@ def peak_allocated(root: Path, rank: int, window: Optional[tuple[int, int]] = No
         except (pd.errors.ParserError, ValueError) as e:
             raise ProfileError(f"{path}: malformed memory record ({str(e).splitlines()[0]})") from None
     return None if peak is None else int(peak)
+
+
+def _parse_launches(rest: str) -> tuple[np.ndarray, np.ndarray]:
+    """``start_ns,dur_ms,0 start_ns,dur_ms,0 ...`` -> (start_ns int64, dur_ms float64)."""
+    fields = rest.replace(",", " ").split()
+    if len(fields) % 3:
+        raise ValueError("launch records are 'start_ns,dur_ms,flag' triples")
+    return np.array(fields[0::3], dtype=np.int64), np.array(fields[1::3], dtype=np.float64)
+
+
+def scan_timestamps(path: Path):
+    """Yield (full_name, start_ns, dur_ms) per line: one line per op name, every launch on it (streamed)."""
+    with open(path, encoding="utf-8-sig") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.rstrip("\n")
+            if not line:
+                continue
+            parts = line.split(";")
+            if len(parts) != 3:
+                raise ProfileError(
+                    f"{path}: line {lineno} is not 'name;HostCpuOps;start_ns,dur_ms,0 ...' (a truncated file?)"
+                )
+            try:
+                start, dur = _parse_launches(parts[2])
+            except ValueError as e:
+                raise ProfileError(f"{path}: line {lineno}: {e} (a truncated file?)") from None
+            yield parts[0], start, dur

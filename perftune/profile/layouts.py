@@ -1,7 +1,7 @@
 """MindSpore profiler output folders -> :class:`ProfileData` (one DataFrame row per op and phase).
 
 :func:`load_profile` finds the ``*_ascend_ms`` folder, detects its layout, reads the declared columns and gives each
-op its phase (``phases.py``); ``splits.py`` turns that into time splits, ``session.py`` records a profile.
+op its phase (``op_phase.py`` by name and type, ``attribution.py`` by place in the step); ``splits.py`` turns that into time splits, ``session.py`` records a profile.
 
 Layouts (see ``/work/shared/mindspore-notes.md`` and ``profiler-layouts.md``):
 
@@ -19,8 +19,10 @@ logs and returns empty.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
+from functools import reduce
 from pathlib import Path
 from typing import Optional
 
@@ -38,9 +40,10 @@ from perftune.profile.columns import (
     TRACE_VIEW,
     peak_allocated,
     read_csv,
+    scan_timestamps,
 )
 from perftune.profile.attribution import aggregate_launches, launch_table, phase_ms_by_step, place_launches
-from perftune.profile.op_phase import OP_PHASES, scan_timestamps, phase_rule, place_by_timeline
+from perftune.profile.op_phase import OP_PHASES, phase_rule
 
 
 @dataclass
@@ -204,13 +207,10 @@ def _load_cpu(root: Path, rank: int) -> ProfileData:
     per_op["phase_rule"] = [r for _, r in rules]
     launch_steps, window, by_step = None, None, None
     ts_path = root / CPU_OP_TIMESTAMPS.format(rank=rank)
-    if ts_path.is_file():
-        detail_name = Path(CPU_OP_DETAIL.relpath).name.format(rank="<rank>")
-        named = per_op  # attribution: the phases from names alone, for attribute_phases below
-        per_op, launch_steps, window = place_by_timeline(per_op, ts_path, detail_name)
-        if launch_steps:  # attribution: every launch placed by what it is and where it runs in its step
-            placed = place_launches(named, launch_table(scan_timestamps(ts_path)), launch_steps)
-            per_op, by_step = aggregate_launches(named, placed), phase_ms_by_step(placed)
+    if ts_path.is_file():  # every launch placed by what it is and where it runs in its step (attribution.py)
+        launches, launch_steps, window = _read_launches(per_op, ts_path)
+        placed = place_launches(per_op, launches, launch_steps)
+        per_op, by_step = aggregate_launches(per_op, placed), phase_ms_by_step(placed)
     per_op["phase_rule"] = per_op["phase_rule"].replace({"unscoped": "default", "step_cell": "default"})
     ops = _finish_ops(per_op)
     return ProfileData(
@@ -224,6 +224,35 @@ def _load_cpu(root: Path, rank: int) -> ProfileData:
         launch_steps=launch_steps,
         phase_ms_by_step=by_step,
     )
+
+
+def _read_launches(per_op: pd.DataFrame, ts_path: Path) -> tuple[pd.DataFrame, int, tuple[int, int]]:
+    """(every launch in time order, the equal steps they split into, (first start, last end) in ns), the
+    timestamps file read once and checked against the op table.
+
+    An op that runs m times per step has m x steps launches, so the number of steps is the gcd of the launch counts
+    (an optimizer kernel runs once per step); launch k of an op belongs to step ``k // m``.
+    """
+    detail_name = Path(CPU_OP_DETAIL.relpath).name.format(rank="<rank>")
+    launches = launch_table(scan_timestamps(ts_path))
+    counts = per_op.groupby("full_name")["count"].sum()
+    seen = launches["full_name"].value_counts()
+    unknown = seen.index.difference(counts.index)
+    if len(unknown):
+        raise ProfileError(f"{ts_path}: launches of {unknown[0]!r}, which {detail_name} does not list (files of "
+                           "different runs mixed?)")
+    seen = seen.reindex(counts.index, fill_value=0)
+    short = counts[seen != counts]
+    if len(short):
+        name = short.index[0]
+        more = f" (and {len(short) - 1} more ops differ)" if len(short) > 1 else ""
+        raise ProfileError(f"{ts_path}: {seen[name]} launches of {name!r} where {detail_name} counts "
+                           f"{short.iloc[0]}{more}: a truncated file?")
+    steps = reduce(math.gcd, (int(c) for c in counts if c > 0), 0) or 1
+    ends = launches["start_ns"] + (launches["dur_ms"] * 1e6).astype("int64")
+    window = (int(launches["start_ns"].min()), int(ends.max())) if len(launches) else None
+    # one name on several lines: its launches in the order they ran
+    return launches.sort_values("start_ns", kind="stable").reset_index(drop=True), steps, window
 
 
 def _finish_ops(per_op: pd.DataFrame) -> pd.DataFrame:

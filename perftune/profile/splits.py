@@ -8,25 +8,17 @@ import re
 from typing import Optional
 
 from perftune.profile.attribution import recompute_share
-from perftune.io.records import Splits, TopOp, TopOpType
+from perftune.io.records import Splits, SplitWarning, TopOp, TopOpType
 from perftune.profile.layouts import ProfileData
 from perftune.profile.op_phase import COMPUTE_PHASES, OP_PHASES
 
 
-#: a profiled step within this factor of the timed one is the same step; beyond it the ratio is stated as the cause
+#: a profiled step within this factor of the timed one is the same step; beyond it the ratio is a warning
 SAME_STEP = 0.05
-
-
-def _overhead_cause(factor: float, profiled_compute: float, timed_compute: float) -> Optional[str]:
-    """Why the profiled op times were scaled by ``factor`` (timed compute / profiled compute), in words."""
-    if abs(factor - 1.0) <= SAME_STEP:
-        return None
-    if factor < 1.0:
-        return (f"profiled steps' compute {profiled_compute:.3f} ms ran x{1 / factor:.2f} slower than the timed "
-                f"steps' {timed_compute:.3f} ms (profiler overhead: every launch is recorded)")
-    return (f"profiled steps' compute {profiled_compute:.3f} ms ran x{factor:.2f} faster than the timed steps' "
-            f"{timed_compute:.3f} ms (the timed steps waited for something the profiled ones did not: contention "
-            "or an asynchronous queue)")
+#: op_scale beyond this factor either way (0.8 / 1.25) is "far": the split carries an interval and a warning
+FAR_SCALE = 1.25
+#: op rules whose phase came from where the launch ran, not from the op's name or type
+BY_TIME_RULES = ("timeline", "recompute", "default")
 
 
 def compute_splits(profile: ProfileData, profiled_steps: int, step_ms: float, data_wait_ms: float,
@@ -41,12 +33,16 @@ def compute_splits(profile: ProfileData, profiled_steps: int, step_ms: float, da
     x1.57 on the PyNative quickstart baseline) or sometimes faster; dividing the timed step by them mixes two
     different steps, and op time then "exceeds" the step.  So, given ``profiled_step_ms`` (and the profiled steps'
     own ``profiled_data_ms``), each phase is its share of the profiled steps' compute time (step - data), carried to
-    the timed steps' compute time: ``other`` keeps its share too.  ``op_scale`` and ``op_scale_cause`` say by how
-    much and why, per trial.  Only where op time exceeds the profiled steps' own compute (ops overlapping each other,
-    a collective waiting for a peer) or where no profiled step time is given are the phases squeezed into the step,
-    and ``op_scale_cause`` says that instead.  Where the Ascend layout's ``step_trace_time.csv`` exists, its
-    device-side Computing (split by op time into forward / backward / optimizer) and Communication(Not Overlapped)
-    are used instead of the op sums.
+    the timed steps' compute time: ``other`` keeps its share too.  ``op_scale`` says by how much.  That carrying
+    assumes the speed difference spread over the phases in proportion; it need not (the profiler's cost is per
+    launch, contention hits whatever runs), so ``phase_ranges`` holds where each phase can lie if the difference fell
+    anywhere, widened by the profiled steps' own spread, and beyond :data:`FAR_SCALE` a warning says to compare
+    phases by those ranges.  (Profiling again would not help: the profiler's own overhead makes every profile of a
+    PyNative step about x1.6 slower, so more profiled steps converge to the same factor and cost a profiler
+    session each.)  Where op time exceeds the profiled steps' own compute (ops overlapping each other, a collective
+    waiting for a peer) or no profiled step time is given the phases are squeezed into the step.  Where the Ascend
+    layout's ``step_trace_time.csv`` exists, its device-side Computing (split by op time into forward / backward /
+    optimizer) and Communication(Not Overlapped) are used instead of the op sums.
     """
     if profiled_steps < 1:
         raise ValueError(f"profiled_steps must be >= 1, got {profiled_steps}")
@@ -56,49 +52,39 @@ def compute_splits(profile: ProfileData, profiled_steps: int, step_ms: float, da
         raise ValueError(f"data_wait_ms must be within [0, step_ms={step_ms}], got {data_wait_ms}")
     totals = profile.phase_totals_ms()
     per_step = {p: totals[p] / profiled_steps for p in OP_PHASES}
-    source = "burst"
+    source, warnings = "burst", []
     if profile.launch_steps is not None and profile.launch_steps % profiled_steps and profiled_steps % profile.launch_steps:
-        source += f"; warning: the ops' launches split into {profile.launch_steps} steps, not {profiled_steps}"
+        warnings.append(SplitWarning(kind="launch_steps", figures={"launch_steps": profile.launch_steps,
+                                                                   "profiled_steps": profiled_steps}))
+    by_step = profile.phase_ms_by_step
     if profile.step_trace is not None and not profile.step_trace.empty:
-        st = profile.step_trace
-        computing = float(st["computing_us"].mean()) / 1000.0
-        comm = float(st["communication_not_overlapped_us"].mean()) / 1000.0
-        compute_ops = sum(per_step[p] for p in COMPUTE_PHASES)
-        for p in COMPUTE_PHASES:
-            per_step[p] = computing * (per_step[p] / compute_ops) if compute_ops > 0 else 0.0
-        if compute_ops <= 0:
-            per_step["forward"] = computing
-        per_step["communication"] = comm
+        per_step = _device_phases(profile.step_trace, per_step)
         source = "step_trace_time.csv (device: Computing, Communication(Not Overlapped)) + burst (step, data)"
-        profiled_step_ms = None  # device time has no host profiler overhead to take out
+        profiled_step_ms, by_step = None, None  # device time has no host profiler overhead to take out
     budget = step_ms - data_wait_ms
-    scale, cause = None, None
+    scale, shift = None, 0.0
     if profiled_step_ms is not None and profiled_step_ms - profiled_data_ms > 0:
         profiled_compute = profiled_step_ms - profiled_data_ms
         op_sum = sum(per_step.values())
         if op_sum > profiled_compute:  # ops longer than their own steps: they overlap or wait
-            cause = (f"op time {op_sum:.3f} ms exceeds the profiled steps' own compute {profiled_compute:.3f} ms "
-                     "(ops overlap, or a collective waits for a peer); squeezed into it")
+            warnings.append(SplitWarning(kind="ops_overlap", figures={"op_ms": op_sum,
+                                                                      "profiled_ms": profiled_compute}))
             per_step = {p: v * profiled_compute / op_sum for p, v in per_step.items()}
-        scale = budget / profiled_compute
+        profiled, scale, shift = dict(per_step), budget / profiled_compute, budget - profiled_compute
         per_step = {p: v * scale for p, v in per_step.items()}
-        overhead = _overhead_cause(scale, profiled_compute, budget)
-        cause = "; ".join(c for c in (cause, overhead) if c) or None
-        if cause:
-            source += f"; op phases x{scale:.3f}: their share of the profiled steps, carried to the timed step ({cause})"
+        warnings += _speed_warnings(scale, profiled_compute, budget)
         other = max(budget - sum(per_step.values()), 0.0)
     else:
         op_sum = sum(per_step.values())
         if op_sum > budget:
             scale = budget / op_sum if op_sum > 0 else 0.0
             per_step = {p: v * scale for p, v in per_step.items()}
-            cause = (f"op time {op_sum:.3f} ms > step - data {budget:.3f} ms and no profiled step time to tell "
-                     "profiler overhead from overlapping ops")
-            source += f"; op phases scaled x{scale:.3f} ({cause})"
-            other = 0.0
-        else:  # other is the rest, so the six add up to step_ms (to rounding)
-            other = max(budget - op_sum, 0.0)
+            warnings.append(SplitWarning(kind="ops_exceed_step", figures={"op_ms": op_sum, "budget_ms": budget}))
+        profiled = dict(per_step)
+        other = max(budget - sum(per_step.values()), 0.0)  # other is the rest: the six add up to step_ms
     explained = 1.0 - other / step_ms
+    op_total = float(profile.ops["total_ms"].sum())
+    by_time = float(profile.ops.loc[profile.ops["phase_rule"].isin(BY_TIME_RULES), "total_ms"].sum())
     return Splits(
         step_ms=step_ms,
         data_ms=data_wait_ms,
@@ -112,10 +98,64 @@ def compute_splits(profile: ProfileData, profiled_steps: int, step_ms: float, da
         profiled_step_ms=profiled_step_ms,
         profiled_data_ms=profiled_data_ms if profiled_step_ms is not None else None,
         op_scale=scale,
-        op_scale_cause=cause,
         # attribution: the recomputed forward's part of backward_ms, where launches were placed by time
         recompute_ms=per_step["backward"] * recompute_share(profile.ops) if profile.launch_steps else None,
+        by_time_share=(by_time / op_total) * sum(per_step.values()) / step_ms if op_total > 0 else None,
+        phase_ranges=phase_ranges(profiled, per_step, shift, by_step),
+        warnings=warnings,
     )
+
+
+def _device_phases(step_trace, per_step: dict[str, float]) -> dict[str, float]:
+    """Ascend/GPU: device Computing split by op time into the compute phases, Communication(Not Overlapped)."""
+    computing = float(step_trace["computing_us"].mean()) / 1000.0
+    out = dict(per_step)
+    compute_ops = sum(per_step[p] for p in COMPUTE_PHASES)
+    for p in COMPUTE_PHASES:
+        out[p] = computing * (per_step[p] / compute_ops) if compute_ops > 0 else 0.0
+    if compute_ops <= 0:
+        out["forward"] = computing
+    out["communication"] = float(step_trace["communication_not_overlapped_us"].mean()) / 1000.0
+    return out
+
+
+def _speed_warnings(scale: float, profiled_ms: float, timed_ms: float) -> list[SplitWarning]:
+    """The profiled steps' compute ran at another speed than the timed steps' (and, beyond FAR_SCALE, far)."""
+    if abs(scale - 1.0) <= SAME_STEP:
+        return []
+    figures = {"profiled_ms": profiled_ms, "timed_ms": timed_ms, "op_scale": scale}
+    out = [SplitWarning(kind="profiled_slower" if scale < 1.0 else "profiled_faster", figures=figures)]
+    if not 1 / FAR_SCALE <= scale <= FAR_SCALE:
+        out.append(SplitWarning(kind="op_scale_far", figures={"op_scale": scale, "limit": FAR_SCALE}))
+    return out
+
+
+def phase_ranges(profiled: dict[str, float], carried: dict[str, float], shift: float,
+                 by_step=None) -> dict[str, list[float]]:
+    """[low, high] ms per step of each compute phase.
+
+    ``profiled``: the phase as the profiled steps ran it; ``carried``: the same carried to the timed steps;
+    ``shift``: timed compute - profiled compute.  If the difference can fall in any phase (each phase moves only in
+    its direction, never past zero), a phase lies between ``profiled`` and ``profiled + shift``; the profiled steps'
+    own spread (``by_step``: op ms per profiled step and phase, carried by the same factor) widens that.  Empty where
+    neither applies (device step trace, no profiled step time and no per-step placement).
+
+    >>> phase_ranges({"forward": 60.0, "backward": 30.0, "optimizer": 10.0},
+    ...              {"forward": 36.0, "backward": 18.0, "optimizer": 6.0}, -40.0)["forward"]
+    [20.0, 60.0]
+    """
+    if not shift and by_step is None:
+        return {}
+    out = {}
+    for p in COMPUTE_PHASES:
+        o, v = profiled[p], carried[p]
+        lo, hi = min(v, max(0.0, min(o, o + shift))), max(v, o, o + shift)
+        if by_step is not None and p in getattr(by_step, "columns", ()) and len(by_step) > 1:
+            mean = float(by_step[p].mean())
+            if mean > 0:
+                lo, hi = min(lo, float(by_step[p].min()) * v / mean), max(hi, float(by_step[p].max()) * v / mean)
+        out[p] = [lo, hi]
+    return out
 
 
 def top_ops(profile: ProfileData, n: int = 10) -> list[TopOp]:

@@ -26,6 +26,7 @@ from perftune.report.format import count_word, num, speed_text, step_text, verdi
 from perftune.report.load import SweepFolder
 from perftune.report.notes import bottleneck_note, tried_changes
 from perftune.report.ops import top_op_rows
+from perftune.report.split_notes import split_notes
 from perftune.report.summary import comparison_lines, node_lines, noise_line
 from perftune.report.tables import ablation_table, loo_table, optional_columns, singles_table
 
@@ -214,7 +215,7 @@ def _trial_rows(folder: SweepFolder, frame: pd.DataFrame) -> list[dict]:
             "note": note.text, "note_kind": note.kind, "note_source": note.source,
             "splits_text": " / ".join(f"{getattr(splits, p + '_ms'):.2f}" for p in PHASES) if splits else "",
             "explained": f"{splits.explained_share:.0%}" if splits else "",
-            "scale_cause": splits.op_scale_cause if splits else None,
+            "scale_cause": "; ".join(split_notes(splits)) if splits else None,
             "trace_href": href,
             "trace_exists": href is not None and (folder.out_dir / href).is_file(),
             "profile_error": r.profile.error if r.profile else None,

@@ -11,6 +11,7 @@ from perftune.io.sweep_records import SweepResult
 from perftune.report.format import (count_word, mb, reason_text, speed_text, time_ratio_text, validation_figures,
                                     verdict_counts)
 from perftune.report.language import gate_cannot_judge
+from perftune.report.split_notes import split_notes
 from perftune.report.format import num as format_num
 
 
@@ -59,8 +60,8 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
         lines.append(f"  splits (ms)  of the mean step {s.step_ms:.2f}: data {s.data_ms:.2f}, forward {s.forward_ms:.2f}, backward {s.backward_ms:.2f}"
                      f"{recompute}, optimizer {s.optimizer_ms:.2f}, communication {s.communication_ms:.2f}, "
                      f"other {s.other_ms:.2f}")
-        if s.op_scale_cause:
-            lines.append(f"  splits note  op phases x{s.op_scale:.3f}: {s.op_scale_cause}")
+        for text in split_notes(s):
+            lines.append(f"  splits note  {text}")
         if p.overhead_ratio:
             lines.append(f"  profiler     profiled steps {time_ratio_text(p.overhead_ratio)} than the timed ones, "
                          f"analyse {_num(p.analyse_s, '.1f')} s")
