@@ -138,9 +138,7 @@ def analyse_profile(result: TrialResult, summary: ProfileSummary, records: list[
         summary.overhead_ratio = summary.profiled_step_ms / result.step_ms_mean
     # the timed mean step is divided (what throughput and the phases add up to); the op phases are their shares of
     # the profiled steps' own compute time (compute_splits: the profiler slows every launch)
-    timed = [r for r in result.steps if r.phase == "timed"]
-    step_ms = float(np.mean([r.step_ms for r in timed]))
-    data_ms = float(np.mean([r.data_wait_ms for r in timed]))
+    step_ms, data_ms = result.step_ms_mean, result.data_wait_ms_mean  # the timed steps' (their steps add up)
     profiled_data_ms = float(np.mean([r.data_wait_ms for r in records]))
     try:
         data = load_profile(out)
