@@ -65,10 +65,14 @@ def test_burst_end_to_end(baseline):
     phases = [s.phase for s in result.steps]
     assert phases.count("timed") == TINY_BURST["steps"] * TINY_BURST["repeats"]
     assert phases.count("profiled") in (0, TINY_BURST["profile_steps"])
-    assert result.warmup_steps >= TINY_BURST["warmup_steps"] + 2  # + the prefetch drain
+    # + the prefetch drain: at least one step, at most prefetch_size + 2
+    assert TINY_BURST["warmup_steps"] + 1 <= result.warmup_steps <= TINY_BURST["warmup_steps"] + 2 + 2
     assert phases.index("accuracy") < phases.index("warmup") < phases.index("timed")
     assert result.compile_ms > result.step_ms_median  # the first step compiles
-    assert result.samples_per_s == pytest.approx(float(np.median([w.samples_per_s for w in result.windows])))
+    # one throughput: batch / mean step of the timed windows (not the median of the windows' figures)
+    assert result.samples_per_s == pytest.approx(32 / result.step_ms_mean * 1e3, rel=1e-12)
+    timed = [s.step_ms for s in result.steps if s.phase == "timed"]
+    assert result.step_ms_mean == pytest.approx(float(np.mean(timed)), rel=1e-12)
     assert result.step_ms_p10 <= result.step_ms_median <= result.step_ms_p90
     acc = result.accuracy
     assert acc.samples_seen == 32 * TINY_BURST["steps"]
@@ -265,6 +269,7 @@ def test_min_window_s_is_part_of_the_trial_id():
 
 
 def test_an_unreadable_trial_file_is_recorded_with_why(tmp_path_factory):
+    """Also: the burst runs the ``atexit`` hooks as it ends (the workload's hook wrote that file)."""
     result, folder = burst(tmp_path_factory, "newer", workload="tests.workloads_for_tests:newer_trial_file", params={})
     assert result.status == "failed"
     assert result.reason.startswith("the burst wrote a trial.json this perftune cannot read:"), result.reason
@@ -283,3 +288,26 @@ def test_a_repeat_process_skips_the_profile_but_not_the_accuracy_window(tmp_path
     assert phases.count("accuracy") > 0 and result.accuracy is not None and result.accuracy.val_loss is not None
     assert len(result.windows) == TINY_BURST["repeats"] and result.samples_per_s
     assert any("repeat process 2" in n.text for n in result.notes)
+
+
+def test_the_drain_ends_when_the_queue_runs_dry_is_spent_or_takes_too_long():
+    """The warm-up's drain of prefetched batches (scripted step records; ``meter.drain_done``): a slow model stops
+    after its time bound (one 20 s ResNet-18 step on CPU, not 18), a fast one drains the whole queue unless two
+    steps in a row waited for their batch."""
+    from perftune.burst.meter import DRAIN_S, drain_done
+    from perftune.io.records import StepRecord
+
+    def steps(*pairs):  # (step ms, data wait ms)
+        return [StepRecord(phase="warmup", step_ms=s, data_wait_ms=w) for s, w in pairs]
+
+    full = (2.0, 0.05)  # a batch from a full queue: no wait
+    dry = (10.0, 8.0)  # the pipeline is slower than the step: it waits
+    assert not drain_done([], 6, DRAIN_S) and drain_done([], 0, DRAIN_S)  # cap 0 (drain_s: 0): no drain step
+    assert not drain_done(steps(full, full), 6, DRAIN_S) and drain_done(steps(*[full] * 6), 6, DRAIN_S)
+    assert drain_done(steps(full, dry, dry), 6, DRAIN_S)
+    assert not drain_done(steps(full, dry), 6, DRAIN_S)  # one wait can be a hiccup of a busy machine
+    assert not drain_done(steps(dry, full), 6, DRAIN_S)
+    assert not drain_done(steps((2.0, 0.4), (2.0, 0.4)), 6, DRAIN_S)  # below DRY_WAIT_MS
+    assert drain_done(steps((20_000.0, 0.1)), 18, DRAIN_S)  # a slow model: one step is past the bound
+    assert not drain_done(steps((1000.0, 0.1)), 18, DRAIN_S)
+    assert drain_done(steps(*[(1000.0, 0.1)] * 5), 18, DRAIN_S)

@@ -73,7 +73,7 @@ def test_data_parallel_burst_completes(dp):
         slowest = max(r.windows[w].total_ms for r in result.ranks)
         assert window.total_ms == slowest
         assert window.samples_per_s == pytest.approx(window.steps * 32 / (slowest / 1e3))
-    assert result.samples_per_s == pytest.approx(np.median([w.samples_per_s for w in result.windows]))
+    assert result.samples_per_s == pytest.approx(32 / result.step_ms_mean * 1e3, rel=1e-12)  # batch / mean step
     # straggler and spread
     medians = {r.rank: r.step_ms_median for r in result.ranks}
     assert result.straggler_rank == max(medians, key=medians.get)

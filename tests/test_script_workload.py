@@ -28,9 +28,10 @@ from perftune.io.sweep_records import SweepResult
 from perftune.runner import run_trial
 
 EXAMPLE = REPO / "experiments" / "script_workload"
-BURST = {"warmup_steps": 1, "steps": 5, "repeats": 2, "profile_steps": 2, "timeout_s": 150}
+#: drain_s of a microsecond: exactly one drain step (its time bound ends it), so the step counts are known
+BURST = {"warmup_steps": 1, "steps": 5, "repeats": 2, "profile_steps": 2, "timeout_s": 150, "drain_s": 1e-6}
 ACCURACY_SAMPLES = 128  # 4 steps of 32
-TOTAL_STEPS = 4 + 1 + 5 * 2 + 2
+TOTAL_STEPS = 4 + 1 + 1 + 5 * 2 + 2
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +131,9 @@ def test_pipeline_read_back_names_the_operators_a_script_pins():
 def test_meter_runs_the_burst_phases_in_order(tmp_path):
     from perftune.burst.meter import Meter
 
+    no_drain = {**BURST, "drain_s": 0}  # scripted steps take microseconds: no drain, so the counts are exact
     spec = make_spec(load_plan(write_plan(tmp_path, "m", script=str(EXAMPLE / "train.py"),
-                                          burst={**BURST, "profile_steps": 0})), {}, "baseline")
+                                          burst={**no_drain, "profile_steps": 0})), {}, "baseline")
     meter = Meter(spec, tmp_path)
     meter.start()
     n = 0
@@ -144,14 +146,18 @@ def test_meter_runs_the_burst_phases_in_order(tmp_path):
     assert [r.phase for r in result.steps] == ["accuracy"] * 4 + ["warmup"] + ["timed"] * 10
     assert result.accuracy.samples_seen == 128 and result.accuracy.train_loss == pytest.approx(1.985)
     assert len(result.windows) == 2 and result.samples_per_step == 32 and result.step_ms_median is not None
-    # a repeat process of the same configuration: warm-up and timed windows only (as a perftune burst)
-    repeat = Meter(make_spec(load_plan(write_plan(tmp_path, "m", script=str(EXAMPLE / "train.py"))), {},
-                             "baseline", replicate=1), tmp_path)
+    assert result.warmup_steps == 1
+    # a repeat process of the same configuration: every phase but the profile, the accuracy window included (as a
+    # perftune burst: a repeat that skipped it was timed after a different history, and measured x0.865)
+    repeat = Meter(make_spec(load_plan(write_plan(tmp_path, "m", script=str(EXAMPLE / "train.py"), burst=no_drain)),
+                             {}, "baseline", replicate=1), tmp_path)
     while not repeat.done:
         repeat.begin()
         repeat.end(1.0, 32)
-    assert [r.phase for r in repeat.records] == ["warmup"] + ["timed"] * 10 and repeat.result.profile is None
-    assert repeat.result.accuracy is None and repeat.result.compile_ms is not None
+    assert [r.phase for r in repeat.records] == ["accuracy"] * 4 + ["warmup"] + ["timed"] * 10
+    assert repeat.result.profile is None and repeat.result.accuracy.samples_seen == 128
+    assert repeat.result.compile_ms == repeat.records[0].step_ms
+    assert any("repeat process 2" in n.text for n in repeat.result.notes)
     # dataset sinking: one call for four steps gives four records of a quarter of the time each
     sink = Meter(spec, tmp_path)
     sink.start()
@@ -160,11 +166,11 @@ def test_meter_runs_the_burst_phases_in_order(tmp_path):
     assert len(sink.records) == 4 and len({r.step_ms for r in sink.records}) == 1 and sink.phase == "warmup"
     # burst.min_window_s: windows calibrated from the warm-up steps, as a perftune burst does
     long = make_spec(load_plan(write_plan(tmp_path, "m", script=str(EXAMPLE / "train.py"),
-                                          burst={**BURST, "warmup_steps": 2, "profile_steps": 0,
+                                          burst={**no_drain, "warmup_steps": 2, "profile_steps": 0,
                                                  "min_window_s": 60})), {}, "baseline", replicate=1)
     meter = Meter(long, tmp_path)
     meter.start()
-    while meter.phase == "warmup":
+    while meter.phase != "timed":
         meter.begin()
         meter.end(1.0, 32)
     assert meter.window_steps == 100 * BURST["steps"]  # 60 s of sub-millisecond steps: the 100x cap

@@ -38,17 +38,16 @@ def escaping_sleeper(params: dict, seed: int):
 
 
 def newer_trial_file(params: dict, seed: int):
-    """Raises; as its process exits (the burst ends with ``os._exit`` after writing its failed trial.json), the file
-    is replaced by one from a newer perftune: a schema version this one does not know."""
+    """Raises; an ``atexit`` hook of its own (the burst runs them after writing its failed trial.json) replaces the
+    file with one from a newer perftune: a schema version this one does not know."""
+    import atexit
     import json
-    import os
+    from pathlib import Path
 
-    real_exit = os._exit
+    path = Path("trial.json").resolve()  # the burst runs in its trial folder
 
-    def exit_leaving_a_newer_file(code: int) -> None:  # the burst runs in its trial folder
-        with open("trial.json", "w") as fh:
-            json.dump({"trial_id": "x", "schema_version": 99}, fh)
-        real_exit(code)
+    def leave_a_newer_file() -> None:
+        path.write_text(json.dumps({"trial_id": "x", "schema_version": 99}))
 
-    os._exit = exit_leaving_a_newer_file
+    atexit.register(leave_a_newer_file)
     raise RuntimeError("about to leave a trial.json from the future")

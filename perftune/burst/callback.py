@@ -18,6 +18,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 from mindspore.train import Callback as MindSporeCallback
 
+from perftune.burst.context import environment, learning_rate
 from perftune.burst.failures import KnobRefused
 from perftune.burst.meter import BurstDone, Meter
 from perftune.io.plan import BurstSettings
@@ -35,7 +36,7 @@ def active_meter() -> Optional[Meter]:
     return _active["meter"]
 
 
-def standalone_spec(out: Path, burst: BurstSettings, accuracy_samples: int) -> TrialSpec:
+def standalone_spec(out: Path, burst: BurstSettings, accuracy_samples: int, replicate: int = 0) -> TrialSpec:
     """The spec of a job measured by a hand-added callback: the job is its own workload."""
     import mindspore as ms
 
@@ -43,7 +44,7 @@ def standalone_spec(out: Path, burst: BurstSettings, accuracy_samples: int) -> T
     device = str(ms.get_context("device_target"))
     ident = hashlib.sha256(f"{Path(out).resolve()}|{name}|{time.time()}".encode()).hexdigest()[:12]
     return TrialSpec(trial_id=ident, label=f"callback:{name}", workload=f"script:{name}", device=device,
-                     knobs={}, burst=burst, accuracy_samples=accuracy_samples)
+                     knobs={}, burst=burst, accuracy_samples=accuracy_samples, replicate=replicate)
 
 
 def batch_samples(batch: Any) -> int:
@@ -56,35 +57,28 @@ def batch_samples(batch: Any) -> int:
     return int(shape[0]) if shape else 1
 
 
-def learning_rate(optimizer) -> Optional[float]:
-    """The optimizer's learning rate where it is one number (a schedule has none)."""
-    try:
-        if getattr(optimizer, "dynamic_lr", False):
-            return None
-        return float(optimizer.learning_rate.asnumpy())
-    except Exception:  # noqa: BLE001
-        return None
-
-
 class Callback(MindSporeCallback):
     """A ``mindspore.train.Callback`` that runs perftune's burst phases inside ``Model.train``.
 
-    ``out``: where a hand-added callback writes ``trial.json`` (default ``perftune-callback``); ``stop``: end training once measured.  The
-    ``warmup_steps``/``steps``/``repeats``/``profile_steps`` are the plan's ``burst`` settings; the accuracy window
-    is ``accuracy_samples`` samples (default: one timed window's).
+    ``out``: where a hand-added callback writes ``trial.json`` (default ``perftune-callback``); ``stop``: end
+    training once measured.  The ``warmup_steps``/``steps``/``repeats``/``profile_steps``/``drain_s`` are the plan's
+    ``burst`` settings; the accuracy window is ``accuracy_samples`` samples (default: one timed window's);
+    ``replicate`` > 0 measures the job again as a repeat process (no profile: the first process has it).
     """
 
     def __init__(self, out: Optional[str | Path] = None, *, warmup_steps: int = 3, steps: int = 30,
                  repeats: int = 3, profile_steps: int = 5, accuracy_samples: Optional[int] = None,
-                 stop: bool = False, meter: Optional[Meter] = None):
+                 drain_s: Optional[float] = None, replicate: int = 0, stop: bool = False,
+                 meter: Optional[Meter] = None):
         super().__init__()
         self.stop = stop
         # by hand without ``out``: ./perftune-callback/; inside a script burst (``meter`` given) the burst writes
         self.out = Path(out) if out is not None else (None if meter is not None else Path("perftune-callback"))
         self.meter = meter
         self.settings = BurstSettings(warmup_steps=warmup_steps, steps=steps, repeats=repeats,
-                                      profile_steps=profile_steps)
+                                      profile_steps=profile_steps, drain_s=drain_s)
         self.accuracy_samples = accuracy_samples
+        self.replicate = replicate
         self.last_step_num = 0
         self.written = False
 
@@ -93,7 +87,7 @@ class Callback(MindSporeCallback):
             out = self.out.resolve()
             out.mkdir(parents=True, exist_ok=True)
             samples = self.accuracy_samples or batch_size * self.settings.steps
-            self.meter = Meter(standalone_spec(out, self.settings, samples), out)
+            self.meter = Meter(standalone_spec(out, self.settings, samples, self.replicate), out)
         return self.meter
 
     def on_train_begin(self, run_context) -> None:
@@ -136,7 +130,6 @@ class Callback(MindSporeCallback):
 
     def write(self, reason: Optional[str]) -> None:
         """A standalone callback's ``trial.json``."""
-        from perftune.burst.context import environment
         from perftune.io.files import TRIAL_NAME
         from perftune.io.store import write_json_atomic
 
@@ -199,6 +192,6 @@ def metric(name: str, value: Any) -> Any:
     or one outside ``Model.fit``).  Reported before the burst's timed windows, it reaches the accuracy gate, compared
     at equal samples seen; outside a burst it does nothing.  Returns ``value`` unchanged."""
     meter = active_meter()
-    if meter is not None:
-        meter.metric(name, value)
+    if meter is not None and meter.figures is not None:
+        meter.figures.metric(name, value)
     return value

@@ -177,3 +177,13 @@ def scale_learning_rate(optimizer, factor: float) -> Note:
     rate.set_data(ms.Tensor(before * factor, rate.dtype))
     return Note(kind="info", text=f"learning rate scaled x{factor:.3g} for the batch size ({before:.3g} -> "
                                   f"{before * factor:.3g})")
+
+
+def learning_rate(optimizer) -> Optional[float]:
+    """The optimizer's learning rate where it is one number (a schedule has none): the steps' ``learning_rate``."""
+    try:
+        if getattr(optimizer, "dynamic_lr", False):
+            return None
+        return float(optimizer.learning_rate.asnumpy())
+    except Exception:  # noqa: BLE001 - no optimizer, or a rate that is not one number
+        return None

@@ -1,16 +1,27 @@
-"""The burst's phases driven from inside someone else's training loop: ``Meter`` is told when each step begins
-and ends (by ``perftune.Callback`` or ``perftune.steps``) and decides which phase the step belongs to.
+"""The one state machine of a burst's phases.  Every route drives it the same way: perftune's own step loop
+(``phases.Burst``), a script's ``Model.train`` (``perftune.Callback``) and a custom loop (``perftune.steps``) tell
+the ``Meter`` when training starts and when each step begins and ends; the Meter decides which phase the step
+belongs to, reads the losses, closes windows, starts and stops the profiler and fills the ``TrialResult``.
 
-The same phases as ``phases.Burst``, in the same order: accuracy from the first step until ``accuracy_samples``
-samples were seen (its first step, the graph compile, is ``compile_ms``), ``warmup_steps`` warm-up steps,
-``repeats`` timed windows of ``steps`` steps (losses read back once per window), ``profile_steps`` steps under
-the profiler.  Then ``done`` is true: the script burst stops the script, a standalone callback writes its
-``trial.json``.
+Why one machine: two copies of these phases had drifted (a script's repeat process skipped the accuracy window that
+perftune's own repeats ran, and was timed after a different history; one took the median step, the other the mean).
 
-Timing from inside: a step's time runs from the end of the previous step to the end of this one, so it holds
-everything the loop does per step (fetching the batch, every callback); its data wait is the part before the step
-began (``Model.train``: between the previous step's end and this step's begin).  With ``dataset_sink_mode`` MindSpore
-reports one step end per sink: each of its steps gets the sink's time over its step count.
+The phases, in order (a phase of zero size is skipped: ``accuracy_samples`` 0, ``warmup_steps`` 0, ``drain_s`` 0,
+``profile_steps`` 0):
+
+1. accuracy: from the first step until ``accuracy_samples`` samples were seen (its first step, the graph compile,
+   is ``compile_ms``), then the route's validation (``accuracy_end``).  Every process runs it, repeats included:
+   a repeat that skipped it measured x0.865 of first processes (README, "What a sweep does").
+2. warm-up: ``warmup_steps`` steps.
+3. drain: the batches the pipeline prefetched during compile and validation, so that a data stall cannot hide
+   behind a full queue (``drained``: until a step waits for its batch, the queue is spent, or ``drain_s``).
+4. timed: ``repeats`` windows of ``steps`` steps (``burst.min_window_s`` calibrates the steps from the warm-up and
+   drain steps); losses are read back once per window, at its end, as training does.
+5. profiled: ``profile_steps`` steps under the profiler; only in a configuration's first process (replicate 0).
+
+Timing: a step runs from the end of the previous step to the end of this one (``start`` sets the first origin), so
+the steps of a window add up to its time; its data wait is the part before ``begin`` (fetching the batch).  With
+``dataset_sink_mode`` MindSpore reports one end per sink: each of its steps gets the sink's time over its steps.
 """
 
 from __future__ import annotations
@@ -26,11 +37,27 @@ from perftune.burst.results import (
     analyse_profile,
     calibrated_window_steps,
     finite_or_none,
+    loss_value,
+    read_memory,
     summarize_timed,
     training_accuracy,
     window_stats,
 )
-from perftune.io.records import Note, ProfileSummary, StepRecord, TrialResult, TrialSpec, failed_result
+from perftune.io.records import Accuracy, Note, ProfileSummary, StepRecord, TrialResult, TrialSpec, failed_result
+
+ORDER = ("accuracy", "warmup", "drain", "timed", "profiled", "done")
+#: the phase each machine phase writes into a step record (the on-disk phases; drain steps are warm-up steps)
+RECORD_PHASE = {"drain": "warmup"}
+#: the drain's time bound (``burst.drain_s`` overrides it).  The old fixed drain of prefetch_size + 2 steps (18 at the
+#: default) took almost 6 minutes of a ResNet-18 burst on CPU, for nothing: a model that slow consumes batches slower
+#: than the pipeline makes them, so its queue stays full and its steps never wait whatever the drain does.
+DRAIN_S = 5.0
+#: a step whose wait for its batch is longer than this (ms) and this share of the step found the queue empty; two
+#: such steps in a row (one can be a scheduler's hiccup on a busy machine): from there on the steps show the
+#: pipeline's real rate, and the drain has done its job
+DRY_WAIT_MS = 0.5
+DRY_WAIT_SHARE = 0.1
+DRY_STEPS = 2
 
 
 class BurstDone(BaseException):
@@ -38,40 +65,26 @@ class BurstDone(BaseException):
     own ``except Exception`` does not swallow it)."""
 
 
-def loss_value(loss: Any) -> Optional[float]:
-    """A step's loss as a float: a Tensor, a NumPy value, a number, or a tuple/list whose first item is the loss
-    (``Model.train``'s ``net_outputs`` with loss scaling is ``(loss, overflow, scale)``)."""
-    if isinstance(loss, (tuple, list)):
-        loss = loss[0] if loss else None
-    return _figure(loss)[1]
-
-
-def _figure(value: Any) -> tuple[bool, Optional[float]]:
-    """(is it one number, its value or None where NaN/Inf)."""
-    try:
-        number = float(value.asnumpy()) if hasattr(value, "asnumpy") else float(value)
-    except (TypeError, ValueError):  # None, a string, an array of several values
-        return False, None
-    return True, finite_or_none(number)
-
-
 class Meter:
-    def __init__(self, spec: TrialSpec, out_dir: Path, result: Optional[TrialResult] = None):
+    def __init__(self, spec: TrialSpec, out_dir: Path, result: Optional[TrialResult] = None, *,
+                 grad_norms: bool = False):
         self.spec = spec
         self.dir = Path(out_dir)
         self.result = result if result is not None else failed_result(spec, "failed", None)
-        b = spec.burst
-        self.repeat = spec.replicate > 0  # a repeat process: warm-up and timed windows only (as Burst)
-        self.phase = "warmup" if self.repeat else "accuracy"
-        if self.repeat and b.warmup_steps == 0:
-            self.phase = "timed"
+        self.grad_norms = grad_norms  # the driver passes each accuracy step's gradient norm (perftune's own step)
+        self.repeat = spec.replicate > 0  # a repeat process: every phase but the profile (the first process has it)
+        if self.repeat:
+            self.result.notes.append(Note(kind="info", text=(
+                f"repeat process {spec.replicate + 1} of this configuration: the profile comes from its first "
+                "process; the accuracy window ran too, so that every process is timed after the same history")))
         self.records: list[StepRecord] = []
         self.result.steps = self.records  # the same list: the profile's splits read the timed steps from it
         self.in_phase: list[StepRecord] = []
         self.pending: list[tuple[StepRecord, Any]] = []  # a timed window's records and loss tensors
         self.window = 0
-        self.window_steps = b.steps  # calibrated at the end of warm-up where burst.min_window_s asks
+        self.window_steps = spec.burst.steps  # calibrated on entering the timed windows (burst.min_window_s)
         self.window_reading: Optional[contention.Reading] = None
+        self.drain_cap = 0
         self.samples_seen = 0
         self.batch_sizes: Counter = Counter()
         self.last_end: Optional[float] = None
@@ -80,38 +93,46 @@ class Meter:
         self.sink_steps = 0  # steps that arrived several per call (dataset_sink_mode)
         self.session = None
         self.loop_refusal: Optional[str] = None  # why a custom loop cannot run this trial (set by the script burst)
-        #: the script's validation, run once at the accuracy window's end (``Model.fit``'s valid_dataset)
-        self.evaluate: Optional[Callable[[], dict]] = None
-        self.val_metrics: dict[str, float] = {}
-        self.val_metrics_samples: Optional[int] = None
+        #: the route's validation, called with the accuracy window's figures at its end (not timed)
+        self.accuracy_end: Optional[Callable[[Accuracy], None]] = None
+        self.figures: Any = None  # a script's own validation figures (``script_figures.ScriptFigures``)
         self.done = False
         self.started_wall = time.perf_counter()
+        self.phase = "accuracy"
+        self.in_phase = []
+        self.advance()  # into the first phase of non-zero size
 
     @property
     def steps_seen(self) -> int:
         return len(self.records)
 
+    @property
+    def sync(self) -> bool:
+        """Whether this step's loss is read back now (not in a timed window: there once, at its end)."""
+        return self.phase != "timed"
+
     def needed_steps(self) -> str:
         """What the burst needs, for a "training ended early" reason."""
         b = self.spec.burst
-        acc = "" if self.repeat else f"the accuracy window ({self.spec.accuracy_samples} samples), "
-        return (f"{acc}{b.warmup_steps} warm-up, {b.repeats} x {self.window_steps} timed and {b.profile_steps} "
-                "profiled steps")
+        profile = 0 if self.repeat else b.profile_steps
+        return (f"the accuracy window ({self.spec.accuracy_samples} samples), {b.warmup_steps} warm-up steps and "
+                f"the drain, {b.repeats} x {self.window_steps} timed and {profile} profiled steps")
 
-    # -- the two calls per step -------------------------------------------------------------------------------
+    # -- the calls per step -------------------------------------------------------------------------------------
     def start(self) -> None:
         """Training (re)starts: the next step's time counts from here."""
         self.last_end = time.perf_counter()
         self.begin_t = None
 
     def begin(self) -> None:
+        """The step has its batch and begins to compute."""
         self.begin_t = time.perf_counter()
         if self.last_end is None:
             self.last_end = self.begin_t
 
-    def end(self, loss: Any, samples: int, steps: int = 1) -> bool:
-        """The step (``steps`` of them with dataset sinking) ended with ``loss``; ``samples`` taken in all.
-        Returns ``done``."""
+    def end(self, loss: Any, samples: int, steps: int = 1, grad_norm: Any = None) -> bool:
+        """The step (``steps`` of them with dataset sinking) ended with ``loss``; ``samples`` taken in all;
+        ``grad_norm``: the accuracy step's gradient norm where the driver computes one.  Returns ``done``."""
         now = time.perf_counter()
         if self.done:
             return True
@@ -125,122 +146,110 @@ class Meter:
         wait_ms = max(0.0, begin - self.last_end) * 1e3 / steps
         per_step = max(1, int(samples) // steps)
         self.batch_sizes[per_step] += steps
-        sync = self.phase != "timed"
+        sync = self.sync
         value = loss_value(loss) if sync else None
+        norm = None
+        if self.phase == "accuracy" and grad_norm is not None:
+            norm = finite_or_none(float(grad_norm.asnumpy()) if hasattr(grad_norm, "asnumpy") else float(grad_norm))
         for i in range(steps):
             self.samples_seen += per_step
-            record = StepRecord(phase=self.phase, window=self.window if self.phase == "timed" else None,
-                                step_ms=step_ms, data_wait_ms=wait_ms, loss=value,
+            record = StepRecord(phase=RECORD_PHASE.get(self.phase, self.phase),
+                                window=self.window if self.phase == "timed" else None,
+                                step_ms=step_ms, data_wait_ms=wait_ms, loss=value, grad_norm=norm,
                                 learning_rate=self.learning_rate, samples_seen=self.samples_seen)
             self.records.append(record)
             self.in_phase.append(record)
             if not sync:
                 self.pending.append((record, loss if i == steps - 1 else None))
+        if self.result.compile_ms is None:
+            self.result.compile_ms = self.records[0].step_ms  # the first step compiles the graph
         self.advance()
         self.last_end = time.perf_counter()
         self.begin_t = None
         return self.done
 
     # -- phase changes ----------------------------------------------------------------------------------------
+    def complete(self) -> bool:
+        """Whether the current phase has all its steps."""
+        b, n = self.spec.burst, len(self.in_phase)
+        if self.phase == "accuracy":
+            return self.samples_seen >= self.spec.accuracy_samples
+        if self.phase == "warmup":
+            return n >= b.warmup_steps
+        if self.phase == "drain":
+            return self.drained()
+        if self.phase == "timed":
+            return self.window >= b.repeats
+        if self.phase == "profiled":
+            return self.repeat or n >= b.profile_steps
+        return True
+
+    def drained(self) -> bool:
+        bound = self.spec.burst.drain_s
+        return drain_done(self.in_phase, self.drain_cap, DRAIN_S if bound is None else bound)
+
     def advance(self) -> None:
-        b = self.spec.burst
-        if self.phase == "accuracy" and self.samples_seen >= self.spec.accuracy_samples:
-            self.result.compile_ms = self.in_phase[0].step_ms
-            self.result.accuracy = training_accuracy(self.in_phase, self.samples_seen, self.spec.lr_scale,
-                                                     with_norms=False)
-            if self.evaluate is not None:
-                self.validate()
-            self.attach_metrics()
-            if not b.warmup_steps:
-                self.calibrate()
-            self.next_phase("warmup" if b.warmup_steps else "timed")
-        elif self.phase == "warmup" and len(self.in_phase) >= b.warmup_steps:
-            if self.repeat:
-                self.result.compile_ms = self.records[0].step_ms
-            self.result.warmup_steps = len(self.in_phase)
+        """After each step: close a full timed window, then leave every complete phase (entering the next)."""
+        while True:
+            if self.phase == "timed" and self.in_phase and len(self.in_phase) >= self.window_steps:
+                self.close_window()
+                if self.window < self.spec.burst.repeats:
+                    self.window_reading = contention.read()
+            if self.phase == "done" or not self.complete():
+                return
+            self.leave()
+            self.phase = ORDER[ORDER.index(self.phase) + 1]
+            self.in_phase = []
+            self.enter()
+
+    def enter(self) -> None:
+        if self.phase == "drain":
+            bound = self.spec.burst.drain_s
+            self.drain_cap = 0 if bound == 0 else queued_batches() + 2
+        elif self.phase == "timed":
             self.calibrate()
-            self.next_phase("timed")
-        elif self.phase == "timed" and len(self.in_phase) >= self.window_steps:
-            self.close_window()
-            if self.window + 1 < b.repeats:
-                self.window += 1
-                self.next_phase("timed")
-            else:
-                summarize_timed(self.result, [r for r in self.records if r.phase == "timed"], None)
-                self.next_phase("profiled" if b.profile_steps and not self.repeat else "done")
-        elif self.phase == "profiled" and len(self.in_phase) >= b.profile_steps:
+            self.window_reading = contention.read()
+        elif self.phase == "profiled" and not self.complete():
+            self.open_profile()
+        elif self.phase == "done":
+            self.finish()
+
+    def leave(self) -> None:
+        if self.phase == "accuracy" and self.in_phase:
+            acc = training_accuracy(self.in_phase, self.samples_seen, self.spec.lr_scale, with_norms=self.grad_norms)
+            self.result.accuracy = acc
+            if self.accuracy_end is not None:
+                self.accuracy_end(acc)
+        elif self.phase in ("warmup", "drain"):
+            self.result.warmup_steps = sum(r.phase == "warmup" for r in self.records)
+        elif self.phase == "timed":
+            summarize_timed(self.result, [r for r in self.records if r.phase == "timed"],
+                            self.result.tokens_per_sample)
+        elif self.phase == "profiled":
             self.close_profile()
-            self.next_phase("done")
-
-    # -- the script's own validation -----------------------------------------------------------------------------
-    def metric(self, name: str, value: Any) -> None:
-        """``perftune.metric``: a validation figure the script computed.  Kept when reported before the timed
-        windows (in the accuracy window or warm-up; the last report of a name wins), with the samples seen then:
-        the gate compares two trials' figures only at equal samples seen."""
-        numeric, figure = _figure(value)
-        if self.phase not in ("accuracy", "warmup") or self.done or not numeric:
-            return
-        self.val_metrics[str(name)] = figure
-        # reported inside a step (a callback before ours, or a custom loop before it fetches the next batch): that
-        # step's batch is already trained on
-        in_step = self.begin_t is not None and self.records
-        self.val_metrics_samples = self.samples_seen + (self.samples_of(self.records[-1]) if in_step else 0)
-        self.attach_metrics()
-
-    def validate(self) -> None:
-        """Run the script's validation once, at the accuracy window's end (not timed: the next step's time starts
-        after it)."""
-        try:
-            figures = self.evaluate() or {}
-        except Exception as exc:  # noqa: BLE001 - the speed figures stand without it
-            self.result.notes.append(Note(kind="warning", text=f"the script's validation failed: {one_line(exc)}"))
-            return
-        for name, value in figures.items():
-            numeric, figure = _figure(value)
-            if numeric:  # a metric that is not one number (a confusion matrix) is not a gate's figure
-                self.val_metrics[str(name)] = figure
-        self.val_metrics_samples = self.samples_seen
-
-    def attach_metrics(self) -> None:
-        acc = self.result.accuracy
-        if acc is None or not self.val_metrics:
-            return
-        acc.val_metrics = {k: v for k, v in self.val_metrics.items() if v is not None}
-        acc.val_metrics_samples = self.val_metrics_samples
-        loss = self.val_metrics.get("loss", self.val_metrics.get("val_loss"))
-        acc.val_loss = loss
-        if any(v is None for v in self.val_metrics.values()):
-            acc.nonfinite = True
 
     def calibrate(self) -> None:
-        """``burst.min_window_s``: as many steps per window as that takes (``summary.calibrated_window_steps``)."""
+        """``burst.min_window_s``: as many steps per window as that takes (``results.calibrated_window_steps``)."""
         warm = [r.step_ms for r in self.records if r.phase == "warmup"]
         self.window_steps, note = calibrated_window_steps(self.spec.burst, warm)
         if note is not None:
             self.result.notes.append(note)
 
-    def next_phase(self, phase: str) -> None:
-        self.phase = phase
-        self.in_phase = []
-        if phase == "timed":
-            self.window_reading = contention.read()
-        elif phase == "profiled":
-            self.open_profile()
-        elif phase == "done":
-            self.finish()
-
     def close_window(self) -> None:
-        """One synchronisation per window (the losses are read back at its end), as in ``Burst.timed_phase``."""
+        """One synchronisation per window (the losses are read back at its end); the read-back belongs to the last
+        step, so the steps add up to the window's time."""
         t0 = time.perf_counter()
         for record, tensor in self.pending:
             if tensor is not None:
                 record.loss = loss_value(tensor)
         window = self.in_phase
-        window[-1].step_ms += (time.perf_counter() - t0) * 1e3  # the read-back belongs to the last step
+        window[-1].step_ms += (time.perf_counter() - t0) * 1e3
         self.pending = []
         guard = contention.between(self.window_reading, contention.read())
         samples = window[-1].samples_seen - window[0].samples_seen + self.samples_of(window[0])
         self.result.windows.append(window_stats(window, sum(r.step_ms for r in window), samples, guard))
+        self.window += 1
+        self.in_phase = []
 
     def samples_of(self, record: StepRecord) -> int:
         i = self.records.index(record)
@@ -250,7 +259,7 @@ class Meter:
         from perftune.profile.session import ProfilerSession
 
         summary = ProfileSummary(profiled_steps=self.spec.burst.profile_steps,
-                                 unprofiled_step_ms=self.result.step_ms_median)
+                                 unprofiled_step_ms=self.result.step_ms_mean)
         self.result.profile = summary
         try:
             self.session = ProfilerSession(self.dir / "profile", profile_memory=True)
@@ -277,10 +286,33 @@ class Meter:
             self.result.samples_per_step = self.batch_sizes.most_common(1)[0][0]
             if len(self.batch_sizes) > 1:
                 self.result.notes.append(Note(kind="info", text=(
-                    f"the script's batches had {len(self.batch_sizes)} sizes "
+                    f"the batches had {len(self.batch_sizes)} sizes "
                     f"({', '.join(str(b) for b in sorted(self.batch_sizes))}); throughput counts the samples taken")))
         if self.sink_steps:
             self.result.notes.append(Note(kind="info", knob="dataset_sink_mode", text=(
                 f"dataset_sink_mode: MindSpore reported {self.sink_steps} steps in sinks, one callback per sink; "
                 "each step's time is its sink's time over the sink's steps")))
+        read_memory(self.result, self.spec.device)
         self.result.wall_s = time.perf_counter() - self.started_wall
+
+
+def drain_done(steps: list[StepRecord], cap: int, bound_s: float) -> bool:
+    """The drain ends at the first of: steps that waited for their batch (the queue ran dry: from there on the
+    steps wait as the pipeline's real rate makes them), ``cap`` steps (``prefetch_size + 2``: the queue is spent), or
+    ``bound_s`` seconds of steps (a model that slow keeps its queue full anyway: draining it changes nothing)."""
+    if len(steps) >= cap:
+        return True
+    if not steps:
+        return False
+    last = steps[-DRY_STEPS:]
+    if len(last) == DRY_STEPS and all(r.data_wait_ms > max(DRY_WAIT_MS, DRY_WAIT_SHARE * r.step_ms) for r in last):
+        return True
+    return sum(r.step_ms for r in steps) >= bound_s * 1e3
+
+
+def queued_batches() -> int:
+    """How many batches the pipeline may hold ready: its prefetch size, as configured when the drain begins (the
+    plan's ``prefetch_size``, or what a script set)."""
+    import mindspore.dataset as ds
+
+    return int(ds.config.get_prefetch_size())

@@ -1,23 +1,14 @@
-"""The phases of one measured training burst (``Burst``), run in its own process by ``perftune.burst.main``.
-
-The phases, in order:
-
-1. accuracy: from the initial weights, train on the fixed data order until ``accuracy_samples`` samples have been
-   seen (the first step is the graph compile, reported as ``compile_ms``), then validation loss / perplexity and,
-   for language models, a greedy sample's repetition rate.  Every trial is judged at the same number of samples.
-2. warm-up: ``warmup_steps`` plus enough steps to drain the batches the pipeline prefetched meanwhile, so that a
-   data stall cannot hide behind a full queue.
-3. timed: ``repeats`` windows of ``steps`` unprofiled steps; each step records its wall time and the time it
-   waited for its batch.
-4. profiled: ``profile_steps`` more steps under ``mindspore.Profiler``, parsed into time splits, so the profiler's
-   own overhead never enters the speed figures (it is reported separately).
+"""perftune's own workloads as a burst (``Burst``), run in its own process by ``perftune.burst.main``: it builds the
+workload, the step and the input pipeline from the knobs, then drives the one phase machine (``meter.Meter``: the
+accuracy window, warm-up, drain, timed windows and profiled steps, as a script's burst has them) with its own loop,
+and adds what only perftune's own workloads have: the gradient norm of the accuracy steps, its own validation loss
+and perplexity, a language model's greedy sample, and the ranks of a distributed burst.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import resource
 import signal
 import sys
 import time
@@ -26,35 +17,22 @@ from typing import Optional
 
 import numpy as np
 
-from perftune.burst import amp_check, contention
+from perftune.burst import amp_check
 from perftune.burst.collectives import all_gather_bytes, init_distributed, own_summary
 from perftune.burst.context import (
     apply_context,
     distributed_read_back,
     environment,
     first_eager_op,
+    learning_rate,
     read_back,
     scale_learning_rate,
     single_process_notes,
 )
 from perftune.burst.failures import KnobRefused, one_line
-from perftune.burst.results import (
-    analyse_profile,
-    calibrated_window_steps,
-    finite_or_none,
-    summarize_timed,
-    training_accuracy,
-    window_stats,
-)
-from perftune.io.records import (
-    Note,
-    ProfileSummary,
-    RankSummary,
-    StepRecord,
-    TrialResult,
-    TrialSpec,
-    failed_result,
-)
+from perftune.burst.meter import Meter
+from perftune.burst.results import read_memory
+from perftune.io.records import Accuracy, Note, RankSummary, TrialResult, TrialSpec, failed_result
 
 VAL_BATCH = 64  # the same validation batches for every trial, whatever its batch size
 
@@ -65,14 +43,13 @@ class Burst:
         self.dir = trial_dir
         self.k = spec.knobs
         self.result = failed_result(spec, "failed", None)  # until run() completes
-        self.samples_seen = 0
+        self.meter: Optional[Meter] = None
         self.learning_rate: Optional[float] = None
         # distributed bursts (workers >= 2, under msrun): this process's rank and the world size
         self.rank = 0
         self.world = 1
         self.steps_done = 0
         self.kill_after: Optional[int] = None  # test-only fault injection, see collectives.init_distributed
-        self.pending_losses: list = []  # a timed window's loss tensors, read back once at its end
 
     # -- set-up ---------------------------------------------------------------------------------------------
     def build(self) -> None:
@@ -121,7 +98,7 @@ class Burst:
         optimizer = workload.make_optimizer(network.trainable_params())
         if spec.lr_scale != 1.0:
             self.result.notes.append(scale_learning_rate(optimizer, spec.lr_scale))
-        self.learning_rate = _learning_rate(optimizer)
+        self.learning_rate = learning_rate(optimizer)
         graph = k["mode"] == "graph"
         reducer = None
         if self.world > 1 and k["parallel_mode"] == "data_parallel":
@@ -136,7 +113,6 @@ class Burst:
                                         int(k["grad_accum_steps"]), graph, k["jit_level"], reducer,
                                         with_norm=False, scaler=self.accuracy_step_fn.scaler)
         self.result.parameter_count = int(sum(int(np.prod(p.shape)) for p in network.trainable_params()))
-        self.result.samples_per_step = int(k["batch_size"])
         self.result.tokens_per_sample = workload.tokens_per_sample
         self.result.flops_per_sample = workload.flops_per_sample
         cache = Path(spec.cache_dir) if spec.cache_dir else self.dir / "cache"
@@ -156,45 +132,36 @@ class Burst:
                                           text="python_multiprocessing=true has no effect here: the workload has no "
                                                "Python preprocessing map"))
 
-    # -- one step ---------------------------------------------------------------------------------------------
-    def step(self, phase: str, window: Optional[int] = None, sync: bool = True) -> StepRecord:
-        """One step.  ``sync=False`` (timed windows) does not read the loss back: the step is only dispatched, as in
-        real training on an asynchronous backend; the window reads its losses back once at its end."""
-        if self.kill_after is not None and self.steps_done >= self.kill_after:
-            if os.environ.get("PERFTUNE_TEST_KILL_SIGNAL") == "1":  # as the OOM killer or a user's kill -9 would
-                print(f"perftune: fault injection (PERFTUNE_TEST_KILL_RANK): rank {self.rank} is killed by SIGKILL "
-                      f"after {self.steps_done} steps", file=sys.stderr, flush=True)
-                os.kill(os.getpid(), signal.SIGKILL)
-            print(f"perftune: fault injection (PERFTUNE_TEST_KILL_RANK): rank {self.rank} exits with code 9 after "
-                  f"{self.steps_done} steps", file=sys.stderr, flush=True)
-            os._exit(9)
-        t0 = time.perf_counter()
-        batch = next(self.iterator)
-        t1 = time.perf_counter()
-        with_norm = phase == "accuracy"
-        loss, grad_norm = (self.accuracy_step_fn if with_norm else self.step_fn)(*batch)
-        loss_value = float(loss.asnumpy()) if sync else None
-        if not sync:
-            self.pending_losses.append(loss)
-        t2 = time.perf_counter()
-        self.steps_done += 1
-        self.samples_seen += int(batch[0].shape[0]) * self.world  # global samples: every rank took its share
-        return StepRecord(
-            phase=phase, window=window, step_ms=(t2 - t0) * 1e3, data_wait_ms=(t1 - t0) * 1e3,
-            loss=finite_or_none(loss_value) if loss_value is not None else None,
-            grad_norm=finite_or_none(float(grad_norm.asnumpy())) if with_norm else None,
-            learning_rate=self.learning_rate, samples_seen=self.samples_seen,
-        )
+    # -- the steps: perftune's own loop drives the one phase machine (meter.Meter) ---------------------------------
+    def train(self) -> None:
+        """Step until the Meter has every phase.  The accuracy window's steps use the step that also computes the
+        gradient norm (for the gate); the others leave it out, and the timed windows' losses are not read back per
+        step (the Meter reads them once per window, as training on an asynchronous backend does)."""
+        meter = self.meter
+        meter.start()
+        while not meter.done:
+            self.fault_injection()
+            batch = next(self.iterator)
+            meter.begin()
+            loss, grad_norm = (self.accuracy_step_fn if meter.phase == "accuracy" else self.step_fn)(*batch)
+            self.steps_done += 1
+            meter.end(loss, int(batch[0].shape[0]) * self.world, grad_norm=grad_norm)  # global samples
 
-    # -- phases -----------------------------------------------------------------------------------------------
-    def accuracy_phase(self) -> None:
-        target = self.spec.accuracy_samples
-        records = []
-        while self.samples_seen < target:
-            records.append(self.step("accuracy"))
-        self.result.compile_ms = records[0].step_ms if records else None
-        self.result.steps += records
-        acc = training_accuracy(records, self.samples_seen, self.spec.lr_scale)
+    def fault_injection(self) -> None:
+        """Test-only: a rank that dies after ``kill_after`` steps (see ``collectives.init_distributed``)."""
+        if self.kill_after is None or self.steps_done < self.kill_after:
+            return
+        if os.environ.get("PERFTUNE_TEST_KILL_SIGNAL") == "1":  # as the OOM killer or a user's kill -9 would
+            print(f"perftune: fault injection (PERFTUNE_TEST_KILL_RANK): rank {self.rank} is killed by SIGKILL "
+                  f"after {self.steps_done} steps", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        print(f"perftune: fault injection (PERFTUNE_TEST_KILL_RANK): rank {self.rank} exits with code 9 after "
+              f"{self.steps_done} steps", file=sys.stderr, flush=True)
+        os._exit(9)
+
+    def accuracy_end(self, acc: Accuracy) -> None:
+        """The Meter's hook at the accuracy window's end: validation loss / perplexity and, for language models, a
+        greedy sample's repetition rate (not timed)."""
         val = self.validation_loss()
         if val is None or not math.isfinite(val):
             acc.nonfinite = True
@@ -208,7 +175,6 @@ class Burst:
             acc.repetition_rate = repetition_rate(list(ids))
             if self.workload.decode is not None:
                 acc.sample_text = self.workload.decode(list(ids))
-        self.result.accuracy = acc
 
     def validation_loss(self) -> Optional[float]:
         from perftune.burst.data import build_dataset
@@ -222,63 +188,6 @@ class Burst:
             losses.append(float(self.net_with_loss(*batch).asnumpy()))
         self.network.set_train(True)
         return float(np.mean(losses)) if losses else None
-
-    def warmup_phase(self) -> None:
-        drain = int(self.k["prefetch_size"]) + 2  # batches the queue may have filled while we compiled/validated
-        count = self.spec.burst.warmup_steps + drain
-        self.result.warmup_steps = count
-        self.result.steps += [self.step("warmup") for _ in range(count)]
-
-    def window_steps(self) -> int:
-        """Steps per timed window (``burst.min_window_s`` calibrates it from the warm-up steps)."""
-        warm = [r.step_ms for r in self.result.steps if r.phase == "warmup"]
-        steps, note = calibrated_window_steps(self.spec.burst, warm)
-        if note is not None:
-            self.result.notes.append(note)
-        return steps
-
-    def timed_phase(self) -> None:
-        b = self.spec.burst
-        per_step = int(self.k["batch_size"])
-        steps = self.window_steps()
-        all_steps: list[StepRecord] = []
-        for w in range(b.repeats):
-            # one synchronisation per window (the losses are read back at its end), as training runs; the window's
-            # time includes that read-back, each step's time is its host time up to the next step
-            self.pending_losses = []
-            before = contention.read()
-            started = time.perf_counter()
-            window = [self.step("timed", w, sync=False) for _ in range(steps)]
-            losses = [float(x.asnumpy()) for x in self.pending_losses]
-            total = (time.perf_counter() - started) * 1e3
-            guard = contention.between(before, contention.read())
-            window[-1].step_ms += total - sum(r.step_ms for r in window)  # the read-back belongs to the last step
-            for record, value in zip(window, losses):
-                record.loss = finite_or_none(value)
-            self.result.windows.append(window_stats(window, total, len(window) * per_step, guard))
-            all_steps += window
-        self.result.steps += all_steps
-        summarize_timed(self.result, all_steps, self.workload.tokens_per_sample)
-
-    def profiled_phase(self) -> None:
-        n = self.spec.burst.profile_steps
-        if n <= 0:
-            return
-        from perftune.profile.session import ProfilerSession
-
-        summary = ProfileSummary(profiled_steps=n, unprofiled_step_ms=self.result.step_ms_mean)
-        self.result.profile = summary
-        out = self.dir / "profile"
-        try:
-            session = ProfilerSession(out, profile_memory=True)
-            session.start()
-            records = [self.step("profiled") for _ in range(n)]
-            summary.analyse_s = session.stop_and_analyse()
-        except Exception as exc:  # the speed figures stand without a profile
-            summary.error = one_line(exc)
-            return
-        self.result.steps += records
-        analyse_profile(self.result, summary, records, out, self.dir)
 
     # -- distributed (workers >= 2, one process per rank under msrun) ------------------------------------------
 
@@ -295,44 +204,21 @@ class Burst:
             self.result.ranks = [mine]
 
     def memory(self) -> None:
-        self.result.memory.host_rss_peak_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        if self.spec.device != "CPU":
-            import mindspore as ms
-
-            try:
-                self.result.memory.device_peak_bytes = int(ms.runtime.max_memory_allocated())
-            except Exception as exc:  # noqa: BLE001 - memory is a nice-to-have, never a failure
-                self.result.notes.append(Note(kind="warning", text=f"device peak memory unavailable: {one_line(exc)}"))
+        read_memory(self.result, self.spec.device)
 
     def run(self) -> TrialResult:
         started = time.perf_counter()
         self.build()
         self.result.environment = environment(self.spec.device, self.k["kernel_threads"] or None)
-        # The profile is done once, in a configuration's first process (replicate 0).  The accuracy window runs in
-        # every process: a repeat that skipped it was timed after a different history and measured x0.865 of the
-        # first process on the PyNative quickstart baseline (README, "What a sweep does").
-        repeat = self.spec.replicate > 0
-        if repeat:
-            self.result.notes.append(Note(kind="info", text=(
-                f"repeat process {self.spec.replicate + 1} of this configuration: the profile comes from its first "
-                "process; the accuracy window ran too, so that every process is timed after the same history")))
-        self.accuracy_phase()
-        self.warmup_phase()
-        self.timed_phase()
-        if not repeat:
-            self.profiled_phase()
-        self.memory()
+        self.meter = Meter(self.spec, self.dir, self.result, grad_norms=True)  # the phases and the repeat rule
+        self.meter.accuracy_end = self.accuracy_end
+        self.meter.learning_rate = self.learning_rate
+        self.train()
         self.result.status = "ok"
         if self.world > 1:
             self.exchange_ranks()
         self.result.wall_s = time.perf_counter() - started
         return self.result
 
-
-def _learning_rate(optimizer) -> Optional[float]:
-    try:
-        return float(optimizer.learning_rate.asnumpy())
-    except Exception:  # noqa: BLE001 - schedules have no single value
-        return None
 
 

@@ -1,25 +1,56 @@
-"""From step records to a trial's figures, shared by the two ways a burst is driven: perftune's own step loop
-(``phases.Burst``) and a user's script measured from inside (``meter.Meter`` behind ``perftune.Callback``)."""
+"""From step records to a trial's figures, for the one phase machine (``meter.Meter``) whichever route drives it:
+perftune's own step loop (``phases.Burst``), a script's ``Model.train`` or custom loop, ``perftune.Callback``."""
 
 from __future__ import annotations
 
 import math
 import os
+import resource
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from perftune.burst import contention
 from perftune.burst.failures import one_line
 from perftune.io.plan import BurstSettings
-from perftune.io.records import Accuracy, Note, ProfileSummary, StepRecord, TrialResult, WindowStats
+from perftune.io.records import Accuracy, Note, ProfileSummary, StepRecord, TrialResult, WindowStats, throughput
 
 LOSS_TAIL_STEPS = 5  # the training loss at N samples is the mean of this many last steps
 
 
 def finite_or_none(value: float) -> Optional[float]:
     return value if math.isfinite(value) else None
+
+
+def figure(value: Any) -> tuple[bool, Optional[float]]:
+    """(is it one number, its value or None where NaN/Inf) of a Tensor, a NumPy value or a number."""
+    try:
+        number = float(value.asnumpy()) if hasattr(value, "asnumpy") else float(value)
+    except (TypeError, ValueError):  # None, a string, an array of several values
+        return False, None
+    return True, finite_or_none(number)
+
+
+def loss_value(loss: Any) -> Optional[float]:
+    """A step's loss as a float: a Tensor, a NumPy value, a number, or a tuple/list whose first item is the loss
+    (``Model.train``'s ``net_outputs`` with loss scaling is ``(loss, overflow, scale)``)."""
+    if isinstance(loss, (tuple, list)):
+        loss = loss[0] if loss else None
+    return figure(loss)[1]
+
+
+def read_memory(result: TrialResult, device: str) -> None:
+    """The process's host peak (``ru_maxrss``) and, off CPU, the device allocator's peak (0 on CPU: not read)."""
+    result.memory.host_rss_peak_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if device == "CPU":
+        return
+    import mindspore as ms
+
+    try:
+        result.memory.device_peak_bytes = int(ms.runtime.max_memory_allocated())
+    except Exception as exc:  # noqa: BLE001 - memory is a nice-to-have, never a failure
+        result.notes.append(Note(kind="warning", text=f"device peak memory unavailable: {one_line(exc)}"))
 
 
 def training_accuracy(records: list[StepRecord], samples_seen: int, lr_scale: float,
@@ -79,9 +110,11 @@ def summarize_timed(result: TrialResult, timed: list[StepRecord], tokens_per_sam
             f"contention: {result.contended_windows} of {len(result.windows)} timed windows ran while "
             f"other processes used up to {max(shares):.0%} of the machine (flag above "
             f"{contention.CONTENDED_SHARE:.0%}); their throughput is less trustworthy")))
+    if not timed:
+        return
     times = np.array([r.step_ms for r in timed])
-    result.samples_per_s = float(np.median([w.samples_per_s for w in result.windows]))
-    if tokens_per_sample:
+    result.samples_per_s = throughput(result.windows)  # batch / mean step, not a median of window figures
+    if tokens_per_sample and result.samples_per_s:
         result.tokens_per_s = result.samples_per_s * tokens_per_sample
     result.step_ms_median = float(np.median(times))
     result.step_ms_p10 = float(np.percentile(times, 10))
@@ -105,9 +138,7 @@ def analyse_profile(result: TrialResult, summary: ProfileSummary, records: list[
         summary.overhead_ratio = summary.profiled_step_ms / result.step_ms_mean
     # the timed mean step is divided (what throughput and the phases add up to); the op phases are their shares of
     # the profiled steps' own compute time (compute_splits: the profiler slows every launch)
-    timed = [r for r in result.steps if r.phase == "timed"]
-    step_ms = float(np.mean([r.step_ms for r in timed]))
-    data_ms = float(np.mean([r.data_wait_ms for r in timed]))
+    step_ms, data_ms = result.step_ms_mean, result.data_wait_ms_mean  # the timed steps' (their steps add up)
     profiled_data_ms = float(np.mean([r.data_wait_ms for r in records]))
     try:
         data = load_profile(out)

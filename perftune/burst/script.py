@@ -12,7 +12,6 @@ A script that raises, exits non-zero or never trains gives a recorded trial with
 from __future__ import annotations
 
 import os
-import resource
 import runpy
 import sys
 import time
@@ -25,6 +24,8 @@ from perftune.burst.callback import Callback, activate
 from perftune.burst.context import environment, first_eager_op
 from perftune.burst.failures import KnobRefused, classify_failure
 from perftune.burst.meter import BurstDone, Meter
+from perftune.burst.results import read_memory
+from perftune.burst.script_figures import ScriptFigures
 from perftune.burst.script_hooks import ScriptHooks, apply_dataset_config, apply_script_context
 from perftune.engine.script_plan import script_argv
 from perftune.io.records import Note, TrialResult, TrialSpec, failed_result
@@ -40,7 +41,7 @@ class ScriptBurst:
         self.imposed = set(spec.script_knobs)
 
     def memory(self) -> None:
-        self.result.memory.host_rss_peak_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        read_memory(self.result, self.spec.device)
 
     def run(self) -> TrialResult:
         import mindspore as ms
@@ -58,6 +59,7 @@ class ScriptBurst:
         np.random.seed(spec.seed)
         ds.config.set_seed(spec.seed)
         meter = Meter(spec, self.dir, self.result)
+        ScriptFigures(meter)
         hooks = ScriptHooks(spec, self.imposed, meter, lambda: Callback(meter=meter, stop=True))
         meter.loop_refusal = hooks.custom_loop_refusal()
         argv = script_argv(script.script, script.args, script.knob_args, spec.knobs)

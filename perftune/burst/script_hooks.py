@@ -207,8 +207,9 @@ class ScriptHooks:
                 else [callbacks]
             arguments["callbacks"] = callbacks + [hooks.make_callback()]  # last: its step time holds theirs
             valid = arguments.get("valid_dataset")  # Model.fit: the script's validation, run at equal samples seen
-            if valid is not None and hooks.meter.evaluate is None:
-                hooks.meter.evaluate = lambda: model.eval(valid, dataset_sink_mode=False)
+            figures = hooks.meter.figures
+            if valid is not None and figures is not None and figures.evaluate is None:
+                figures.evaluate = lambda: model.eval(valid, dataset_sink_mode=False)
             hooks.trained = True
             out = original(model, **arguments)
             if hooks.meter.done:

@@ -37,6 +37,9 @@ class BurstSettings(PlanRecord):
     #: calibrate the timed windows as pyperf/timeit do: each window runs at least ``steps`` steps and at least this
     #: many seconds, the steps per window chosen from the warm-up's step time (None: exactly ``steps`` per window)
     min_window_s: Optional[float] = Field(None, gt=0, le=600)
+    #: the longest the warm-up's drain of prefetched batches may last, in seconds (None: the burst's default,
+    #: ``perftune.burst.meter.DRAIN_S``; 0: no drain).  See ``Meter.drained`` for why it is bounded by time.
+    drain_s: Optional[float] = Field(None, ge=0, le=600)
 
 
 class AccuracyGate(PlanRecord):

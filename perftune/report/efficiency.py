@@ -24,7 +24,7 @@ def mfu(flops_per_sample: float, samples_per_s: float, peak_flops_per_s: float) 
 
 
 def trial_mfu(trial: Any, peak_flops_per_s: float) -> Optional[float]:
-    """MFU of one trial (a ``TrialResult`` or the dict of a ``trial.json``) at its median window throughput; None
+    """MFU of one trial (a ``TrialResult`` or the dict of a ``trial.json``) at its throughput (batch / mean step); None
     when the trial is not ok or its workload gives no ``flops_per_sample``."""
     get = trial.get if isinstance(trial, dict) else (lambda k: getattr(trial, k, None))
     if get("status") != "ok":

@@ -22,6 +22,7 @@ from perftune.io.records import (
     TrialSpec,
     WindowStats,
     rank_summary,
+    throughput,
 )
 
 
@@ -56,7 +57,7 @@ def aggregate(spec: TrialSpec, local: dict[int, TrialResult], workers: int, node
                                    samples_per_s=steps * batch / (slowest / 1e3)))
     base.windows = windows
     if windows:
-        base.samples_per_s = float(np.median([w.samples_per_s for w in windows]))
+        base.samples_per_s = throughput(windows)  # batch / mean step, over the slowest rank's windows
         if base.tokens_per_sample:
             base.tokens_per_s = base.samples_per_s * base.tokens_per_sample
     timed = [s for s in ranks if s.step_ms_median is not None]
