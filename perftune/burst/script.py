@@ -23,7 +23,7 @@ from typing import Optional
 from perftune import knobs as knob_registry
 from perftune.burst.callback import Callback, activate
 from perftune.burst.context import environment, first_eager_op
-from perftune.burst.failures import KnobRefused, classify_failure
+from perftune.burst.failures import KnobRefused, script_failure
 from perftune.burst.meter import BurstDone, Meter
 from perftune.burst.script_hooks import ScriptHooks, apply_dataset_config, apply_script_context
 from perftune.engine.script_plan import script_argv
@@ -106,8 +106,7 @@ class ScriptBurst:
             if meter.done:  # measured already: the failure came after the burst (should not happen: BurstDone)
                 self.result.notes.append(Note(kind="warning", text=f"the script failed after the burst: {exc}"))
                 return None
-            status, reason = classify_failure(exc, self.spec)
-            return status, f"the script raised {reason} after {meter.steps_seen} step(s)"
+            return script_failure(exc, self.spec, meter.steps_seen)
         finally:
             hooks.remove()
             activate(None)
