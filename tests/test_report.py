@@ -317,3 +317,22 @@ def test_report_command_without_results(tmp_path):
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "results.json" in lines[0] and str(tmp_path) in lines[0], result.stderr
+
+
+def test_a_lone_trial_is_labelled_by_its_changes_not_as_a_baseline(quick_sweep, tmp_path):
+    """``perftune report`` on one trial's folder (``perftune run``'s, here a quick_sweep trial with recompute=true):
+    the trial is labelled by its knobs away from perftune's defaults, "measured", never "baseline (run 1)" nor the
+    reference of a comparison that did not happen (issue 28 item 6)."""
+    results = measured(quick_sweep)
+    base = next(t for t in results["trials"] if t["kind"] == "baseline" and t["result"]["status"] == "ok")
+    folder = tmp_path / "run"
+    shutil.copytree(quick_sweep / "trials" / base["trial_id"], folder)
+    trial = json.loads((folder / "trial.json").read_text())
+    trial["knobs"]["recompute"] = True
+    (folder / "trial.json").write_text(json.dumps(trial))
+    result = cli_runner().invoke(main, ["report", str(folder)])
+    assert result.exit_code == 0, result.output
+    html = (folder / "report.html").read_text(encoding="utf-8")
+    assert "+prefetch_size=2 +recompute=true" in html  # the plan's prefetch_size=2 is a change from the default 16
+    assert "(run 1)" not in html and ">reference<" not in html and "baseline (run" not in html
+    assert ">measured<" in html
