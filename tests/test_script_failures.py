@@ -5,8 +5,6 @@ line from the traceback."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import yaml
 
 from perftune.burst.failures import classify_failure, script_location
