@@ -82,20 +82,22 @@ KNOBS: dict[str, Knob] = {
     for k in [
         Knob("batch_size", "int", 32, "samples per optimizer step (the dataset's batch)", "compute", minimum=1,
              maximum=65536),
-        Knob("mode", "choice", "graph", "GRAPH_MODE (compiled) or PYNATIVE_MODE (eager)", "compute",
+        Knob("mode", "choice", "graph", "GRAPH_MODE: the step is compiled into one graph at its first call; "
+             "PYNATIVE_MODE: each op runs eagerly as Python reaches it", "compute",
              choices=("graph", "pynative"), script_route="context"),
-        Knob("jit_level", "choice", "O0", "graph compile level (O2: whole-graph sinking, Ascend)", "compute",
+        Knob("jit_level", "choice", "O0", "compile level of the graph-mode step (O2: whole-graph sinking, Ascend); "
+             "no effect in pynative mode, where nothing is compiled", "compute",
              choices=("O0", "O1", "O2"), refused={"O2": ("CPU",)}, script_route="context"),
-        Knob("graph_kernel", "choice", "off", "graph-kernel fusion (on = MindSpore's default opt level, O1/O2 = "
-             "--opt_level)", "compute", choices=("off", "on", "O1", "O2"),
+        Knob("graph_kernel", "choice", "off", "graph-kernel fusion of the graph-mode step (on = MindSpore's default "
+             "opt level, O1/O2 = --opt_level); no effect in pynative mode", "compute", choices=("off", "on", "O1", "O2"),
              refused={"on": ("CPU",), "O1": ("CPU",), "O2": ("CPU",)}, script_route="context"),
         Knob("amp_level", "choice", "O0", "automatic mixed precision: O0 fp32, O1 white-list fp16, O2 most ops "
              "fp16 (BN fp32), O3 all fp16", "compute", choices=("O0", "O1", "O2", "O3"), script_route="model"),
         Knob("loss_scale", "choice", "none", "loss scaling for fp16 gradients: none, static (1024) or dynamic "
              "(grows 2x every 50 finite steps, halves and skips the update on overflow)", "compute",
              choices=("none", "static", "dynamic"), script_route="model"),
-        Knob("num_parallel_workers", "int", 1, "dataset worker threads for map and batch (MindSpore caps it at the "
-             "core count)", "data", minimum=1, maximum=256, script_route="dataset"),
+        Knob("num_parallel_workers", "int", 1, "dataset worker threads for map and batch (MindSpore refuses more than "
+             "the machine's cores)", "data", minimum=1, maximum=256, script_route="dataset"),
         Knob("prefetch_size", "int", 16, "dataset queue depth per operator (ds.config.set_prefetch_size)", "data",
              minimum=1, maximum=1024, script_route="dataset"),
         Knob("dataset_autotune", "bool", False, "MindSpore's own dataset autotuning (ds.config.set_enable_autotune): "
@@ -117,8 +119,10 @@ KNOBS: dict[str, Knob] = {
              "compute", minimum=0, maximum=256, script_route="context"),
         Knob("dispatch_threads", "int", 0, "runtime dispatch threads (runtime.dispatch_threads_num); 0 = default",
              "compute", minimum=0, maximum=256, script_route="context"),
-        Knob("train_step", "choice", "cell", "how the step is written: a Cell (TrainOneStepCell style) or an "
-             "ms.jit function around value_and_grad + the optimizer", "compute", choices=("cell", "function")),
+        Knob("train_step", "choice", "cell", "how the step is written: a Cell (TrainOneStepCell style) or a "
+             "function around value_and_grad + the optimizer; in graph mode the Cell is compiled and the function "
+             "wrapped in ms.jit (at jit_level), in pynative mode both run eagerly", "compute",
+             choices=("cell", "function")),
         # -- distributed (perftune/runner/msrun.py): workers >= 2 launches the burst under msrun, one rank per worker
         Knob("workers", "int", 1, "ranks (processes) in total: 1 runs the burst in one process; >= 2 launches it "
              "with msrun, batch_size split evenly over the ranks (batch_size stays the global batch)", "distributed",

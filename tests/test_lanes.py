@@ -29,7 +29,7 @@ from perftune.engine.sweep import Sweep
 from perftune.io.plan import Plan
 from perftune.io.records import NodeRecord, TrialResult, TrialSpec
 from perftune.io.store import write_json_atomic
-from test_sweep_logic import Script, ScriptedRunner
+from scripted_sweeps import Script, ScriptedRunner
 
 
 class LaneRunner(ScriptedRunner):

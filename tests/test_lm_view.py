@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from perftune.cli import main
 from perftune.engine.accuracy import check, unjudged
 from perftune.engine.sweep import Sweep
 from perftune.io.plan import AccuracyGate, Plan
-from perftune.io.records import Accuracy, Splits, TrialResult, TrialSpec, WindowStats
+from perftune.io.records import Accuracy, BurstSettings, Splits, TrialResult, TrialSpec, WindowStats
 from perftune.io.store import write_json_atomic
 from perftune.report import write_report
 from perftune.report.frames import load_results
@@ -236,3 +237,45 @@ def test_the_documented_third_party_wrapper_runs_a_burst(tmp_path, monkeypatch):
     acc_ = trial["accuracy"]
     assert acc_["perplexity"] > 1 and acc_["repetition_rate"] is not None and isinstance(acc_["sample_text"], str)
     assert "tokens/s" in result.output and "perplexity" in result.output and "sample " in result.output
+
+
+# ---- words that fit the model (issue 28 item 4): one perplexity rule for every output ---------------------------------
+def measured_trial(accuracy: Accuracy, tokens_per_sample: int | None) -> TrialResult:
+    return TrialResult(trial_id="t1", status="ok", workload="w", device="CPU", knobs={}, burst=BurstSettings(),
+                       samples_per_s=100.0,
+                       step_ms_median=80.0, step_ms_p10=79.0, step_ms_p90=81.0, data_wait_ms_median=1.0,
+                       tokens_per_sample=tokens_per_sample, tokens_per_s=1600.0 if tokens_per_sample else None,
+                       accuracy=accuracy)
+
+
+def test_a_classifier_gets_no_perplexity_and_is_told_it_has_no_accuracy_metric(tmp_path):
+    from perftune.engine import lm
+    from perftune.report.summary import trial_summary
+
+    # the issue's case: a classifier's validation loss of 323 made a 141-digit "perplexity"
+    classifier = measured_trial(acc(val_loss=323.0, perplexity=math.exp(323.0), repetition_rate=None), None)
+    text = trial_summary(classifier, tmp_path)
+    assert "perplexity" not in text and "val loss 323.0000" in text
+    assert "no accuracy metric: this workload reports losses only" in text
+    assert lm.perplexity(classifier) is None and lm.progress_text(classifier) == "100.0 samples/s"
+    # a script's own metric is an accuracy metric: then the line shows it instead
+    scored = measured_trial(acc(val_loss=0.5, perplexity=None, val_metrics={"top1": 0.81}, val_metrics_samples=64),
+                            None)
+    text = trial_summary(scored, tmp_path)
+    assert "no accuracy metric" not in text and "top1 0.81" in text
+
+
+def test_a_language_model_perplexity_is_a_number_until_it_overflows(tmp_path):
+    from perftune.engine import lm
+    from perftune.report.summary import trial_summary
+
+    model = measured_trial(acc(val_loss=3.1, perplexity=math.exp(3.1)), 16)
+    assert "perplexity 22.20" in trial_summary(model, tmp_path) and lm.perplexity(model) == pytest.approx(22.198, 1e-3)
+    assert "no accuracy metric" not in trial_summary(model, tmp_path)
+    diverged = measured_trial(acc(val_loss=323.0, perplexity=math.exp(323.0)), 16)
+    for text in (trial_summary(diverged, tmp_path), lm.progress_text(diverged), lm.verdict_suffix(diverged)):
+        assert "perplexity overflows (val loss 323.0)" in text, text
+        assert not re.search(r"\d{20}", text), text  # no 141-digit number anywhere
+    assert lm.perplexity(diverged) is None  # tables and data frames leave the cell empty
+    clipped = measured_trial(acc(val_loss=6082.0, perplexity=math.exp(700.0)), 16)  # the burst clips exp at 700
+    assert "perplexity overflows (val loss 6082.0)" in lm.progress_text(clipped)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from perftune.cli import SweepProgressDisplay
-from test_sweep_logic import Script, make_sweep
+from scripted_sweeps import Script, make_sweep
 
 COUNTER = re.compile(r"\[(\d+)/(\d+) done, (?:\d+ min )?\d+ s elapsed(, ~(?:\d+ min )?\d+ s left|, none left)?\]$")
 

@@ -1,22 +1,17 @@
 """The HTML report, rendered from a real sweep (the session's ``quick_sweep``) and opened in headless Chromium.
 
-The browser is driven over the Chrome DevTools protocol on ``--remote-debugging-pipe`` (file descriptors 3 and 4,
-NUL-separated JSON), with the standard library only.  Chromium comes from Debian (``apt-get install -y chromium``);
-without it the browser tests are skipped with a reason.  A screenshot is written under the test's tmp folder and,
+The browser is driven by Selenium 4 (the ``test`` extra) through chromedriver; Chromium and its driver come from
+Debian (``apt-get install -y chromium chromium-driver``).  Without either, or without selenium, the browser tests are
+skipped with the reason.  A screenshot is written under the test's tmp folder and,
 with ``PERFTUNE_KEEP_ARTIFACTS`` set, copied to ``tests/artifacts/report.png``.
 """
 
 from __future__ import annotations
 
 import base64
-import fcntl
 import json
 import os
-import queue
 import shutil
-import subprocess
-import threading
-import time
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -58,150 +53,65 @@ def copy_sweep(src: Path, dst: Path) -> Path:
     return dst
 
 
-# ---- a minimal CDP client over --remote-debugging-pipe ---------------------------------------------------------------
-class Browser:
-    """Headless Chromium; ``call`` sends one CDP command and returns its result, events pile up in ``events``."""
+# ---- the browser: Selenium 4 driving Debian's chromium through its chromium-driver ------------------------------------
+def chrome_driver(exe: str, work: Path, width: int):
+    """A headless Chromium under Selenium, with the browser's console and network logs kept for the checks."""
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed: pip install -e '.[test]'")
+    from selenium.webdriver.chrome.service import Service
 
-    def __init__(self, exe: str, profile_dir: Path, log_path: Path, timeout_s: float = 60.0):
-        self.timeout_s = timeout_s
-        to_child_r, self._to_child_w = os.pipe()
-        self._from_child_r, from_child_w = os.pipe()
-        # the child's ends, moved to fds >= 10 (close-on-exec) so that the dup2 onto 3 and 4 cannot clobber them
-        child_r, child_w = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (to_child_r, from_child_w))
-        os.close(to_child_r)
-        os.close(from_child_w)
-
-        def pipe_fds() -> None:  # in the child between fork and exec: CDP reads fd 3 and writes fd 4
-            os.dup2(child_r, 3)
-            os.dup2(child_w, 4)
-
-        args = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--no-default-browser-check", "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--disable-extensions", "--disable-default-apps", "--mute-audio",
-                "--hide-scrollbars", f"--user-data-dir={profile_dir}", "--remote-debugging-pipe",
-                "--enable-logging=stderr", "about:blank"]
-        self._log = open(log_path, "wb")
-        # close_fds=False keeps the new 3 and 4 (Python's own descriptors are not inheritable, PEP 446)
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
-                                     preexec_fn=pipe_fds, close_fds=False)
-        os.close(child_r)
-        os.close(child_w)
-        self._next_id = 0
-        self._messages: queue.Queue = queue.Queue()
-        self.events: list[dict] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        buf = b""
-        while True:
-            try:
-                chunk = os.read(self._from_child_r, 1 << 16)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                self._messages.put(None)
-                return
-            buf += chunk
-            while b"\0" in buf:
-                raw, buf = buf.split(b"\0", 1)
-                self._messages.put(json.loads(raw))
-
-    def _next_message(self, deadline: float) -> dict:
-        try:
-            msg = self._messages.get(timeout=max(deadline - time.monotonic(), 0.01))
-        except queue.Empty:
-            raise TimeoutError("no answer from Chromium") from None
-        if msg is None:
-            raise RuntimeError(f"Chromium closed the DevTools pipe (exit code {self.proc.poll()})")
-        return msg
-
-    def call(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
-        self._next_id += 1
-        msg = {"id": self._next_id, "method": method, "params": params or {}}
-        if session:
-            msg["sessionId"] = session
-        os.write(self._to_child_w, json.dumps(msg).encode() + b"\0")
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            reply = self._next_message(deadline)
-            if reply.get("id") == self._next_id:
-                if "error" in reply:
-                    raise RuntimeError(f"{method}: {reply['error']}")
-                return reply.get("result", {})
-            if "method" in reply:
-                self.events.append(reply)
-
-    def wait_for(self, method: str, session: str) -> dict:
-        deadline = time.monotonic() + self.timeout_s
-        for event in self.events:
-            if event["method"] == method and event.get("sessionId") == session:
-                return event
-        while True:
-            event = self._next_message(deadline)
-            if "method" in event:
-                self.events.append(event)
-                if event["method"] == method and event.get("sessionId") == session:
-                    return event
-
-    def close(self) -> None:
-        try:
-            self.call("Browser.close")
-        except (RuntimeError, TimeoutError, OSError):
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        for fd in (self._to_child_w, self._from_child_r):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._log.close()
+    driver_exe = shutil.which("chromedriver")
+    if driver_exe is None:
+        pytest.skip("chromedriver not installed: apt-get install -y chromium-driver (Debian) to run the browser checks")
+    options = webdriver.ChromeOptions()
+    options.binary_location = exe
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-extensions", "--mute-audio", "--hide-scrollbars", f"--user-data-dir={work / 'profile'}",
+                f"--window-size={width},900"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    service = Service(executable_path=driver_exe, log_output=str(work / "chromedriver.log"))
+    driver = webdriver.Chrome(options=options, service=service)
+    driver.set_page_load_timeout(60)
+    driver.set_script_timeout(60)
+    return driver
 
 
 def open_in_chromium(html_path: Path, work: Path, width: int = 1280) -> dict:
     """Load ``html_path`` in headless Chromium: page facts (``PAGE_JS``), every request, errors, a screenshot."""
+    from selenium.common.exceptions import UnexpectedAlertPresentException
+
     exe = chromium_path()
     work.mkdir(parents=True, exist_ok=True)
-    browser = Browser(exe, work / "chromium-profile", work / "chromium.log")
+    driver = chrome_driver(exe, work, width)
+    url = html_path.resolve().as_uri()
+    errors = []
     try:
-        target = browser.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-        sid = browser.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-        for domain in ("Page", "Runtime", "Log", "Network"):
-            browser.call(f"{domain}.enable", session=sid)
-        browser.call("Emulation.setDeviceMetricsOverride",
-                     {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}, sid)
-        url = html_path.resolve().as_uri()
-        browser.call("Page.navigate", {"url": url}, sid)
-        browser.wait_for("Page.loadEventFired", sid)
-        page = browser.call("Runtime.evaluate", {"expression": PAGE_JS, "returnByValue": True}, sid)
-        facts = page["result"]["value"]
-        size = browser.call("Page.getLayoutMetrics", session=sid)["cssContentSize"]
-        shot = browser.call("Page.captureScreenshot", {
+        driver.get(url)  # returns after the load event
+        try:
+            facts = driver.execute_script("return " + PAGE_JS)
+        except UnexpectedAlertPresentException as exc:  # a script in the page opened a dialog
+            errors.append(f"dialog opened: {exc.alert_text}")
+            facts = driver.execute_script("return " + PAGE_JS)
+        height = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]["height"]
+        shot = driver.execute_cdp_cmd("Page.captureScreenshot", {
             "format": "png", "captureBeyondViewport": True,
-            "clip": {"x": 0, "y": 0, "width": width, "height": min(size["height"], 16000), "scale": 1}}, sid)
-        browser.call("Runtime.evaluate", {"expression": "1"}, sid)  # flush events that arrived meanwhile
+            "clip": {"x": 0, "y": 0, "width": width, "height": min(height, 16000), "scale": 1}})
+        console = driver.get_log("browser")
+        network = [json.loads(e["message"])["message"] for e in driver.get_log("performance")]
     finally:
-        browser.close()
+        driver.quit()
     screenshot = work / "report.png"
     screenshot.write_bytes(base64.b64decode(shot["data"]))
-    events = [e for e in browser.events if e.get("sessionId") == sid]
-    requests = [e["params"]["request"]["url"] for e in events if e["method"] == "Network.requestWillBeSent"]
-    errors = []
-    for e in events:
-        p = e["params"]
-        if e["method"] == "Runtime.consoleAPICalled" and p["type"] in ("error", "assert", "warning"):
-            errors.append(f"console.{p['type']}: {p['args']}")
-        elif e["method"] == "Runtime.exceptionThrown":
-            errors.append(f"exception: {p['exceptionDetails'].get('text')}")
-        elif e["method"] == "Log.entryAdded" and p["entry"]["level"] in ("error", "warning"):
-            errors.append(f"log {p['entry']['level']} ({p['entry']['source']}): {p['entry']['text']}")
-        elif e["method"] == "Network.loadingFailed":
-            errors.append(f"load failed: {p.get('errorText')}")
-        elif e["method"] == "Page.javascriptDialogOpening":
-            errors.append(f"dialog opened: {p.get('message')}")
+    # the page's own requests (the browser's new-tab page loads its own before the report's)
+    sent = [m["params"] for m in network if m["method"] == "Network.requestWillBeSent"
+            and m["params"].get("documentURL") == url]
+    requests, ids = [p["request"]["url"] for p in sent], {p["requestId"] for p in sent}
+    errors += [f"load failed: {m['params'].get('errorText')}" for m in network
+               if m["method"] == "Network.loadingFailed" and m["params"]["requestId"] in ids]
+    # console.error/warn, uncaught exceptions and the browser's own errors (a CSP violation is one) all land here
+    errors += [f"{e['level']} ({e.get('source', 'console')}): {e['message']}" for e in console
+               if e["level"] in ("SEVERE", "WARNING")]
     return {"url": url, "facts": facts, "requests": requests, "errors": errors, "screenshot": screenshot}
 
 
@@ -407,3 +317,22 @@ def test_report_command_without_results(tmp_path):
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "results.json" in lines[0] and str(tmp_path) in lines[0], result.stderr
+
+
+def test_a_lone_trial_is_labelled_by_its_changes_not_as_a_baseline(quick_sweep, tmp_path):
+    """``perftune report`` on one trial's folder (``perftune run``'s, here a quick_sweep trial with recompute=true):
+    the trial is labelled by its knobs away from perftune's defaults, "measured", never "baseline (run 1)" nor the
+    reference of a comparison that did not happen (issue 28 item 6)."""
+    results = measured(quick_sweep)
+    base = next(t for t in results["trials"] if t["kind"] == "baseline" and t["result"]["status"] == "ok")
+    folder = tmp_path / "run"
+    shutil.copytree(quick_sweep / "trials" / base["trial_id"], folder)
+    trial = json.loads((folder / "trial.json").read_text())
+    trial["knobs"]["recompute"] = True
+    (folder / "trial.json").write_text(json.dumps(trial))
+    result = cli_runner().invoke(main, ["report", str(folder)])
+    assert result.exit_code == 0, result.output
+    html = (folder / "report.html").read_text(encoding="utf-8")
+    assert "+prefetch_size=2 +recompute=true" in html  # the plan's prefetch_size=2 is a change from the default 16
+    assert "(run 1)" not in html and ">reference<" not in html and "baseline (run" not in html
+    assert ">measured<" in html

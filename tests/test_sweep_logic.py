@@ -9,84 +9,13 @@ configuration (with fixed, seeded noise), and writes ``trial.json`` atomically l
 from __future__ import annotations
 
 import json
-import random
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Optional
 
 import pytest
 
 from perftune.engine.sweep import Sweep
-from perftune.io.plan import Plan
-from perftune.io.records import Accuracy, Note, TrialResult, TrialSpec, WindowStats
-from perftune.io.store import write_json_atomic
+from perftune.io.records import Note
 from perftune.io.sweep_records import SweepResult
-
-BASE_SPS = 100.0  # baseline throughput, samples/s
-WINDOWS = 3
-
-
-@dataclass
-class Script:
-    """What one configuration (by label) measures: throughput factor vs the baseline, or per replicate."""
-
-    factor: float | list[float] = 1.0
-    status: str = "ok"
-    reason: Optional[str] = None
-    notes: list[Note] = field(default_factory=list)
-    applied: dict[str, Any] = field(default_factory=dict)
-    val_loss: float = 2.0
-    data_share: float = 0.1  # data wait / step, for the order rule (baseline's first run)
-    contended: tuple[int, ...] = ()  # replicates measured while other processes competed for the cores
-
-
-class ScriptedRunner:
-    """``run(spec, trial_dir) -> TrialResult`` with chosen numbers; records every call it got."""
-
-    def __init__(self, scripts: dict[str, Script], interrupt_at: Optional[int] = None, drift: float = 0.0):
-        self.scripts = scripts
-        self.interrupt_at = interrupt_at  # raise KeyboardInterrupt on this call (1-based), before writing
-        self.drift = drift  # the machine slows down by this share per process, whatever it runs
-        self.calls: list[tuple[str, int]] = []
-
-    def __call__(self, spec: TrialSpec, trial_dir: Path) -> TrialResult:
-        if self.interrupt_at is not None and len(self.calls) + 1 == self.interrupt_at:
-            raise KeyboardInterrupt
-        self.calls.append((spec.label, spec.replicate))
-        s = self.scripts.get(spec.label)
-        assert s is not None, f"the sweep ran a configuration the test did not script: {spec.label}"
-        fields = dict(trial_id=spec.trial_id, workload=spec.workload, device=spec.device, knobs=spec.knobs,
-                      burst=spec.burst, notes=list(s.notes), applied=dict(s.applied))
-        if s.status != "ok":
-            result = TrialResult(status=s.status, reason=s.reason or f"scripted {s.status}", **fields)
-        else:
-            factor = s.factor[min(spec.replicate, len(s.factor) - 1)] if isinstance(s.factor, list) else s.factor
-            factor *= (1 - self.drift) ** len(self.calls)
-            rng = random.Random(f"{spec.label}/{spec.replicate}")  # deterministic noise per process
-            sps = [BASE_SPS * factor * (1 + rng.uniform(-0.01, 0.01)) for _ in range(WINDOWS)]
-            step_ms = 1000 * spec.knobs["batch_size"] / (BASE_SPS * factor)
-            contended = spec.replicate in s.contended
-            result = TrialResult(
-                status="ok", **fields, contended_windows=WINDOWS if contended else 0,
-                windows=[WindowStats(steps=10, total_ms=10 * 1000 * spec.knobs["batch_size"] / v,
-                                     median_step_ms=1000 * spec.knobs["batch_size"] / v, samples_per_s=v,
-                                     contended=contended)
-                         for v in sps],
-                samples_per_s=sorted(sps)[1], step_ms_median=step_ms, data_wait_ms_median=s.data_share * step_ms,
-                accuracy=Accuracy(samples_seen=spec.accuracy_samples, val_loss=s.val_loss, train_loss=s.val_loss))
-        write_json_atomic(trial_dir / "trial.json", result.model_dump(mode="json"))
-        return result
-
-
-def make_sweep(tmp_path: Path, variables: dict[str, list], scripts: dict[str, Script], *,
-               interrupt_at: Optional[int] = None, baseline: Optional[dict] = None, drift: float = 0.0,
-               **decision) -> tuple[Sweep, ScriptedRunner]:
-    """The one place sweeps are built (so a package move changes one function); ``decision``: plan fields."""
-    plan = Plan(name="scripted", workload="tiny_mlp", baseline=baseline or {}, variables=variables,
-                decision=decision)
-    runner = ScriptedRunner(scripts, interrupt_at, drift)
-    return Sweep(plan, tmp_path / "out", runner), runner
-
+from scripted_sweeps import Script, make_sweep
 
 def singles(result: SweepResult) -> dict:
     return {t.label: t for t in result.trials if t.kind == "single"}

@@ -13,7 +13,7 @@
 3. Per configuration: model FLOPs per step (``Workload.flops_per_sample`` x batch, as the trial records it),
    achieved FLOP/s (flops_per_sample x samples/s) and MFU against the MindSpore peak (and the NumPy peak).
 
-MFU uses ``_common.mfu(flops_per_sample, samples_per_s, peak_flops_per_s)`` / ``_common.trial_mfu(trial, peak)``.
+MFU is ``perftune.report.efficiency.trial_mfu(trial, peak)``, the report's own; the peaks come from ``children.py peak``.
 Exit status 2 when it cannot measure; else 0.
 """
 
@@ -26,7 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common as c  # noqa: E402
+import harness as c  # noqa: E402
+
+from perftune.report.efficiency import trial_mfu  # noqa: E402
 
 CONFIGS = [("mlp", "graph"), ("mlp", "pynative"), ("tiny_gpt", "graph"), ("tiny_gpt", "pynative")]
 
@@ -83,8 +85,8 @@ def main(argv=None) -> int:
         lines.append(
             f"  {name + ' ' + mode:<19} {batch:5d} {r.parameter_count or 0:8d} {r.flops_per_sample / 1e6:13.2f} "
             f"{r.flops_per_sample * batch / g:11.3f} {r.samples_per_s:10.1f} {r.step_ms_median:8.2f} "
-            f"{achieved / g:8.2f} {c.trial_mfu(r, ms_peak):12.1%} {c.trial_mfu(r, np_peak):15.1%} "
-            f"{c.trial_mfu(r, bracket):15.1%}")
+            f"{achieved / g:8.2f} {trial_mfu(r, ms_peak):12.1%} {trial_mfu(r, np_peak):15.1%} "
+            f"{trial_mfu(r, bracket):15.1%}")
     print("\n".join(lines), flush=True)
     return 0
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common as c  # noqa: E402
+import harness as c  # noqa: E402
 
 TARGET_RATIO = 1.02
 TARGET_SHARE = 0.25

@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common as c  # noqa: E402
+import harness as c  # noqa: E402
 
 TARGET_CV = 0.03
 

@@ -22,7 +22,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from _common import REPO, fail, loadavg, log, out_dir
+from harness import REPO, fail, loadavg, log, out_dir
 
 PLAN = """name: ray_lanes
 workload: mlp

@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common as c  # noqa: E402
+import harness as c  # noqa: E402
 
 NAIVE = {"mode": "pynative", "train_step": "function", "batch_size": 8, "num_parallel_workers": 1}
 SPACE = {"mode": ["graph", "pynative"], "train_step": ["cell", "function"], "batch_size": [8, 16, 32],

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from _common import CannotMeasure, EXIT_CANNOT_MEASURE, fixed_cost, loadavg, log, make_plan, out_dir
+from harness import CannotMeasure, EXIT_CANNOT_MEASURE, fixed_cost, loadavg, log, make_plan, out_dir
 
 from perftune.engine.specs import make_spec
 from perftune.engine.sweep import Sweep

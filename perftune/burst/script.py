@@ -22,7 +22,7 @@ from typing import Optional
 from perftune import knobs as knob_registry
 from perftune.burst.callback import Callback, activate
 from perftune.burst.context import environment, first_eager_op
-from perftune.burst.failures import KnobRefused, classify_failure
+from perftune.burst.failures import KnobRefused, script_failure
 from perftune.burst.meter import BurstDone, Meter
 from perftune.burst.results import read_memory
 from perftune.burst.script_figures import ScriptFigures
@@ -108,8 +108,7 @@ class ScriptBurst:
             if meter.done:  # measured already: the failure came after the burst (should not happen: BurstDone)
                 self.result.notes.append(Note(kind="warning", text=f"the script failed after the burst: {exc}"))
                 return None
-            status, reason = classify_failure(exc, self.spec)
-            return status, f"the script raised {reason} after {meter.steps_seen} step(s)"
+            return script_failure(exc, self.spec, meter.steps_seen)
         finally:
             hooks.remove()
             activate(None)

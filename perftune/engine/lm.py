@@ -2,22 +2,30 @@
 
 A workload that sets ``tokens_per_sample`` is a language model, and its users think in tokens/s and perplexity,
 not in samples/s.  One place derives these figures so that the sweep's progress lines, ``perftune run``'s summary,
-the ablation tables and the report say the same thing.  Perplexity and repetition are shown for language models
-only: for a classifier, exp(val_loss) means nothing to its reader.
+the ablation tables, the data frames and the report say the same thing.  Perplexity and repetition are shown for
+language models only (their validation loss is a mean token cross-entropy): for a classifier, exp(val_loss) means
+nothing to its reader.  A perplexity of ``PERPLEXITY_LIMIT`` or more (a diverged or untrained model; the burst clips
+exp at a loss of 700) is never printed as a number: it says "overflows" beside the loss.
 
-MFU (model FLOP/s over the hardware's peak) is not computed: perftune knows the model's FLOPs per sample where the
-workload gives ``flops_per_sample`` but not the peak FLOP/s of a CPU (it depends on the vector units, the clock and
-the threads MindSpore uses), so it reports the achieved model FLOP/s and leaves the ratio to the reader.
+The achieved model FLOP/s here needs only the workload's ``flops_per_sample``; MFU, its ratio to the machine's peak,
+is ``perftune.report.efficiency``'s (against the peak ``perftune peak`` measured).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 from perftune.io.records import TrialResult
 
 
+#: exp(loss) from here on is no figure a reader can use (exp(13.8 nats); a byte-level or a 32k-token vocabulary
+#: guessed uniformly is at 256 or 32,000): printed as "overflows", left out of tables
+PERPLEXITY_LIMIT = 1e6
+
+
 def is_language_model(r: TrialResult) -> bool:
+    """A workload that sets ``tokens_per_sample``: its loss is a token cross-entropy, so exp(loss) is a perplexity."""
     return bool(r.tokens_per_sample)
 
 
@@ -29,7 +37,24 @@ def model_gflop_per_s(r: TrialResult) -> Optional[float]:
 
 
 def perplexity(r: TrialResult) -> Optional[float]:
-    return r.accuracy.perplexity if is_language_model(r) and r.accuracy else None
+    """The perplexity of a language model, None for other models and where it overflows (see ``overflows``)."""
+    value = r.accuracy.perplexity if is_language_model(r) and r.accuracy else None
+    return None if value is None or overflows(value) else value
+
+
+def overflows(value: float) -> bool:
+    return not math.isfinite(value) or value >= PERPLEXITY_LIMIT
+
+
+def perplexity_text(r: TrialResult) -> str:
+    """``perplexity 34.21``; ``perplexity overflows (val loss 323.0)`` past the limit; empty for other models."""
+    acc = r.accuracy
+    if not is_language_model(r) or acc is None or acc.perplexity is None:
+        return ""
+    if overflows(acc.perplexity):
+        loss = f" (val loss {acc.val_loss:.1f})" if acc.val_loss is not None else ""
+        return f"perplexity overflows{loss}"
+    return f"perplexity {acc.perplexity:.2f}"
 
 
 def repetition(r: TrialResult) -> Optional[float]:
@@ -45,9 +70,7 @@ def throughput_text(r: TrialResult) -> str:
 
 def accuracy_text(r: TrialResult) -> str:
     """``perplexity 34.21, repetition 0.98`` for a language model with accuracy figures, else empty."""
-    parts = []
-    if perplexity(r) is not None:
-        parts.append(f"perplexity {perplexity(r):.2f}")
+    parts = [perplexity_text(r)] if perplexity_text(r) else []
     if repetition(r) is not None:
         parts.append(f"repetition {repetition(r):.2f}")
     return ", ".join(parts)

@@ -7,14 +7,10 @@ from __future__ import annotations
 from typing import Optional
 
 from perftune.io.records import COMMUNICATION_FLAG_SHARE, PHASES, Environment
-from perftune.io.sweep_records import SweepTrial
 from perftune.report import figures_extra
 from perftune.report.efficiency import efficiency
 from perftune.report.load import SweepFolder
-
-
-def trial_label(trial: SweepTrial) -> str:
-    return f"{trial.label} (run {trial.replicate + 1})" if trial.kind == "baseline" else trial.label
+from perftune.report.tables import process_label
 
 
 def sweep_environment(folder: SweepFolder) -> Optional[Environment]:
@@ -50,7 +46,7 @@ def ranks_context(folder: SweepFolder) -> dict:
         r = t.result
         if r.world_size < 2 or not r.ranks:
             continue
-        label = trial_label(t)
+        label = process_label(t, folder.trials)
         ranks = []
         for k in r.ranks:
             straggler = k.rank == r.straggler_rank
@@ -73,7 +69,7 @@ def ranks_context(folder: SweepFolder) -> dict:
 
 
 def extra_context(folder: SweepFolder) -> dict:
-    labels = {t.trial_id: trial_label(t) for t in folder.trials}
+    labels = {t.trial_id: process_label(t, folder.trials) for t in folder.trials}
     eff = efficiency(folder.trials, sweep_environment(folder), labels)
     drift_rows = [{"label": labels[t.trial_id], "windows": [w.samples_per_s for w in t.result.windows],
                    "contended": [w.contended for w in t.result.windows]}

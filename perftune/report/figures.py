@@ -41,13 +41,15 @@ def plain_text(draw: Callable[..., Optional[str]]) -> Callable[..., Optional[str
     return wrapper
 
 
-def _png(fig: Figure) -> str:
+def to_png(fig: Figure) -> str:
+    """The figure as a PNG ``data:`` URI (the report is one self-contained file)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _height(n_rows: int) -> float:
+def rows_height(n_rows: int) -> float:
+    """Figure height (inches) for one horizontal bar per row."""
     return 1.3 + 0.34 * max(n_rows, 1)
 
 
@@ -55,12 +57,50 @@ def _ok(value) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
-def _style(ax, xlabel: str) -> None:
-    ax.set_xlabel(xlabel)
-    ax.grid(axis="x", alpha=0.3)
+def tidy_axes(ax, xlabel: Optional[str] = None, grid: str = "x") -> None:
+    """The house style: a light grid behind the data (``grid``: x | y | both), no top and right frame."""
+    if xlabel is not None:
+        ax.set_xlabel(xlabel)
+    ax.grid(axis=grid, alpha=0.3)
     ax.set_axisbelow(True)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
+
+
+def label_rows(ax, labels: Sequence[str]) -> None:
+    """One y tick per bar, the first row at the top."""
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+
+
+def legend_outside(ax) -> None:
+    ax.legend(fontsize="x-small", frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+
+def phase_bars(ax, rows_ms: Sequence[dict]) -> None:
+    """Stacked horizontal bars, one per row, of ms per phase (``rows_ms``: phase -> ms, missing = 0), in the
+    order of ``PHASES``, each phase in the legend once."""
+    left = [0.0] * len(rows_ms)
+    for phase in PHASES:
+        widths = [(r.get(phase) or 0.0) for r in rows_ms]
+        if any(widths):
+            ax.barh(range(len(rows_ms)), widths, left=left, color=PHASE_COLORS[phase], label=phase, height=0.65)
+        left = [a + b for a, b in zip(left, widths)]
+
+
+def verdict_bars(ax, rows: Sequence[dict], values: Sequence[float], texts: Sequence[str], room: float,
+                 xerr: Optional[list] = None) -> None:
+    """One bar per trial coloured by its verdict, ``texts`` written past each bar's end (or its whisker); the x
+    axis leaves ``room`` (a share of the longest bar) for them."""
+    colors = [VERDICT_COLORS.get(r.get("verdict"), "#9db4c8") for r in rows]
+    ax.barh(range(len(rows)), values, xerr=xerr, color=colors, height=0.65, capsize=3, error_kw={"elinewidth": 1})
+    reach = [v + (xerr[1][i] if xerr else 0.0) for i, v in enumerate(values)]
+    top = max(reach) or 1.0
+    for i, text in enumerate(texts):
+        if text:
+            ax.text(reach[i] + top * 0.01, i, text, va="center", fontsize="small")
+    ax.set_xlim(0, top * (1 + room))
+    label_rows(ax, [r["label"] for r in rows])
 
 
 @plain_text
@@ -73,17 +113,9 @@ def splits_figure(rows: Sequence[dict]) -> Optional[str]:
     rows = [r for r in rows if _ok(r.get("data_ms")) or (_ok(r.get("step_ms")) and _ok(r.get("data_wait_ms")))]
     if not rows:
         return None
-    fig = Figure(figsize=(WIDTH_IN, _height(len(rows))))
+    fig = Figure(figsize=(WIDTH_IN, rows_height(len(rows))))
     ax = fig.subplots()
-    labels = [r["label"] for r in rows]
-    y = list(range(len(rows)))
-    left = [0.0] * len(rows)
-    for phase in PHASES:
-        widths = [r.get(f"{phase}_ms") if _ok(r.get("data_ms")) else 0.0 for r in rows]
-        widths = [w or 0.0 for w in widths]
-        if any(widths):
-            ax.barh(y, widths, left=left, color=PHASE_COLORS[phase], label=phase, height=0.65)
-        left = [a + b for a, b in zip(left, widths)]
+    phase_bars(ax, [{p: r.get(f"{p}_ms") for p in PHASES} if _ok(r.get("data_ms")) else {} for r in rows])
     unprofiled = [i for i, r in enumerate(rows) if not _ok(r.get("data_ms"))]
     if unprofiled:
         wait = [rows[i]["data_wait_ms"] for i in unprofiled]
@@ -92,13 +124,12 @@ def splits_figure(rows: Sequence[dict]) -> Optional[str]:
                 label="data wait (burst timing)")
         ax.barh(unprofiled, rest, left=wait, color="#dddddd", hatch="//", edgecolor="white", height=0.65,
                 label="rest of step (not profiled)")
-    ax.set_yticks(y, labels)
-    ax.invert_yaxis()
-    _style(ax, "time per step (ms)")
+    label_rows(ax, [r["label"] for r in rows])
+    tidy_axes(ax, "time per step (ms)")
     ax.set_title("Where the step time goes, per trial")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.9 / _height(len(rows))), ncol=6, frameon=False,
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.9 / rows_height(len(rows))), ncol=6, frameon=False,
               fontsize="small")
-    return _png(fig)
+    return to_png(fig)
 
 
 @plain_text
@@ -110,25 +141,15 @@ def throughput_figure(rows: Sequence[dict]) -> Optional[str]:
     rows = [r for r in rows if _ok(r.get("samples_per_s"))]
     if not rows:
         return None
-    fig = Figure(figsize=(WIDTH_IN, _height(len(rows))))
+    fig = Figure(figsize=(WIDTH_IN, rows_height(len(rows))))
     ax = fig.subplots()
-    y = list(range(len(rows)))
     values = [r["samples_per_s"] for r in rows]
     lo = [max(v - (r.get("window_min") or v), 0.0) for v, r in zip(values, rows)]
     hi = [max((r.get("window_max") or v) - v, 0.0) for v, r in zip(values, rows)]
-    colors = [VERDICT_COLORS.get(r.get("verdict"), "#9db4c8") for r in rows]
-    ax.barh(y, values, xerr=[lo, hi], color=colors, height=0.65, capsize=3, error_kw={"elinewidth": 1})
-    top = max(v + h for v, h in zip(values, hi))
-    for i, r in enumerate(rows):
-        text = r.get("speedup_text") or ""
-        if text:
-            ax.text(values[i] + hi[i] + top * 0.01, i, text, va="center", fontsize="small")
-    ax.set_xlim(0, top * 1.35)
-    ax.set_yticks(y, [r["label"] for r in rows])
-    ax.invert_yaxis()
-    _style(ax, "throughput (samples/s); whiskers: slowest to fastest timed window")
+    verdict_bars(ax, rows, values, [r.get("speedup_text") or "" for r in rows], 0.35, xerr=[lo, hi])
+    tidy_axes(ax, "throughput (samples/s); whiskers: slowest to fastest timed window")
     ax.set_title("Throughput per trial (text: speed-up vs baseline [95% CI])")
-    return _png(fig)
+    return to_png(fig)
 
 
 @plain_text
@@ -177,11 +198,8 @@ def waterfall_figure(ablation: pd.DataFrame, final: Optional[tuple[float, float,
     ax.set_ylabel("speed-up over baseline (x, throughput ratio)")
     ax.set_title("Cumulative speed-up (waterfall); final bar: 95% CI")
     ax.set_xlim(-0.6, x + 1.2)
-    ax.grid(axis="y", alpha=0.3)
-    ax.set_axisbelow(True)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    return _png(fig)
+    tidy_axes(ax, grid="y")
+    return to_png(fig)
 
 
 def _smooth(values: list[float], window: int) -> list[float]:
@@ -200,7 +218,7 @@ def _coincide(curves: Sequence[dict]) -> bool:
 def loss_figure(curves: Sequence[dict], metric: str, tolerance: Optional[float]) -> Optional[str]:
     """:func:`loss_plot` as a PNG ``data:`` URI."""
     fig = loss_plot(curves, metric, tolerance)
-    return _png(fig) if fig is not None else None
+    return to_png(fig) if fig is not None else None
 
 
 def loss_plot(curves: Sequence[dict], metric: str, tolerance: Optional[float]) -> Optional[Figure]:
@@ -278,7 +296,7 @@ def memory_figure(rows: Sequence[dict]) -> Optional[str]:
     panels = [(key, title) for key, title in (("host_rss_mb", "host RSS peak (MB)"),
                                               ("peak_mem_mb", "allocator / device peak (MB)"))
               if any(_ok(r.get(key)) for r in rows)]
-    fig = Figure(figsize=(WIDTH_IN, _height(len(rows))))
+    fig = Figure(figsize=(WIDTH_IN, rows_height(len(rows))))
     axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
     y = list(range(len(rows)))
     for ax, (key, title) in zip(axes, panels):
@@ -287,11 +305,10 @@ def memory_figure(rows: Sequence[dict]) -> Optional[str]:
         for i, v in enumerate(values):
             ax.text(v, i, f" {v:.1f}" if v else " n/a", va="center", fontsize="x-small")
         ax.set_xlim(0, max(values) * 1.25 or 1)
-        _style(ax, title)
-    axes[0].set_yticks(y, [r["label"] for r in rows])
-    axes[0].invert_yaxis()
+        tidy_axes(ax, title)
+    label_rows(axes[0], [r["label"] for r in rows])
     fig.suptitle("Peak memory per trial")
-    return _png(fig)
+    return to_png(fig)
 
 
 def compile_figure(rows: Sequence[dict]) -> Optional[str]:
@@ -302,7 +319,7 @@ def compile_figure(rows: Sequence[dict]) -> Optional[str]:
     rows = [r for r in rows if _ok(r.get("compile_s")) or _ok(r.get("step_ms"))]
     if not rows:
         return None
-    fig = Figure(figsize=(WIDTH_IN, _height(len(rows))))
+    fig = Figure(figsize=(WIDTH_IN, rows_height(len(rows))))
     step_ax, compile_ax = fig.subplots(1, 2, sharey=True)
     y = list(range(len(rows)))
     colors = [VERDICT_COLORS.get(r.get("verdict"), "#9db4c8") for r in rows]
@@ -313,11 +330,10 @@ def compile_figure(rows: Sequence[dict]) -> Optional[str]:
         for i, v in enumerate(values):
             ax.text(v, i, " " + fmt.format(v) if v else " n/a", va="center", fontsize="x-small")
         ax.set_xlim(0, (max(values) * 1.3) or 1.0)
-        _style(ax, title)
+        tidy_axes(ax, title)
     medians = [(i, r["step_ms_median"]) for i, r in enumerate(rows) if _ok(r.get("step_ms_median"))]
     if medians:
         step_ax.plot([m for _, m in medians], [i for i, _ in medians], "|", color="black", markersize=12)
-    step_ax.set_yticks(y, [r["label"] for r in rows])
-    step_ax.invert_yaxis()
+    label_rows(step_ax, [r["label"] for r in rows])
     fig.suptitle("Step time and compile time per trial")
-    return _png(fig)
+    return to_png(fig)

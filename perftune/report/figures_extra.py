@@ -1,56 +1,36 @@
 """More report figures: MFU per trial, throughput drift within each trial, each change's loss as a difference from
-the baseline at equal samples seen, and the per-rank splits of distributed trials.  Same conventions as ``figures``: matplotlib without pyplot, a PNG
-``data:`` URI out, ``None`` when there is nothing to draw."""
+the baseline at equal samples seen, and the per-rank splits of distributed trials.  Drawn with ``figures``' own
+helpers (PNG ``data:`` URI out, ``None`` when there is nothing to draw, labels as plain text)."""
 
 from __future__ import annotations
 
-import base64
-import io
 from typing import Optional, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from perftune.io.records import PHASES
-from perftune.report.figures import CURVE_COLORS, DPI, PHASE_COLORS, VERDICT_COLORS, WIDTH_IN
+from perftune.report.figures import (CURVE_COLORS, WIDTH_IN, label_rows, legend_outside, phase_bars, plain_text,
+                                     rows_height, tidy_axes, to_png, verdict_bars)
 
 
-def to_png(fig: Figure) -> str:
-    out = io.BytesIO()
-    fig.savefig(out, format="png", dpi=DPI, bbox_inches="tight")
-    return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode("ascii")
-
-
-def _clean(ax) -> None:
-    ax.grid(alpha=0.3)
-    ax.set_axisbelow(True)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-
-
+@plain_text
 def mfu_figure(rows: Sequence[dict], peak_gflops: float) -> Optional[str]:
     """Bars of MFU per trial (``rows``: ``label``, ``verdict``, ``mfu`` or None); unknown MFU is labelled, not 0."""
     known = [r for r in rows if r.get("mfu") is not None]
     if not known:
         return None
-    fig = Figure(figsize=(WIDTH_IN, 1.3 + 0.34 * len(rows)))
+    fig = Figure(figsize=(WIDTH_IN, rows_height(len(rows))))
     ax = fig.subplots()
     values = [100 * r["mfu"] if r.get("mfu") is not None else 0.0 for r in rows]
-    ax.barh(range(len(rows)), values, height=0.65,
-            color=[VERDICT_COLORS.get(r.get("verdict"), "#9db4c8") for r in rows])
-    top = max(values)
-    for i, (r, v) in enumerate(zip(rows, values)):
-        ax.text(v + top * 0.01, i, f"{v:.2f}%" if r.get("mfu") is not None else "unknown", va="center",
-                fontsize="small")
-    ax.set_xlim(0, top * 1.25)
-    ax.set_yticks(range(len(rows)), [r["label"] for r in rows])
-    ax.invert_yaxis()
+    verdict_bars(ax, rows, values, [f"{v:.2f}%" if r.get("mfu") is not None else "unknown"
+                                    for r, v in zip(rows, values)], 0.25)
     ax.set_xlabel(f"MFU (% of the measured {peak_gflops:.1f} GFLOP/s matmul peak)")
     ax.set_title("Model FLOPs utilisation per trial")
-    _clean(ax)
+    tidy_axes(ax, grid="both")
     return to_png(fig)
 
 
+@plain_text
 def drift_figure(rows: Sequence[dict]) -> Optional[str]:
     """Each trial's timed windows in order, as a share of that trial's median window: a flat line is a steady burst,
     a slope is drift (warming caches, throttling, a neighbour starting).  Contended windows are drawn as crosses.
@@ -80,13 +60,9 @@ def drift_figure(rows: Sequence[dict]) -> Optional[str]:
     ax.set_ylabel("throughput / trial's median window")
     ax.set_title("Throughput drift within each burst")
     ax.xaxis.get_major_locator().set_params(integer=True)
-    _legend_outside(ax)
-    _clean(ax)
+    legend_outside(ax)
+    tidy_axes(ax, grid="both")
     return to_png(fig)
-
-
-def _legend_outside(ax) -> None:
-    ax.legend(fontsize="x-small", frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
 def loss_difference(base: Sequence[tuple[int, float]], curve: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -99,6 +75,7 @@ def loss_difference(base: Sequence[tuple[int, float]], curve: Sequence[tuple[int
     return [(int(x), float(y - np.interp(x, bx, by))) for x, y in curve if bx[0] <= x <= bx[-1]]
 
 
+@plain_text
 def loss_difference_figure(curves: Sequence[dict]) -> Optional[str]:
     """Training loss of each change minus the baseline's at equal samples seen: identical curves read as a flat line
     at zero, a divergence stands out.  ``curves``: ``label``, ``points`` [(samples seen, loss - baseline)],
@@ -123,11 +100,12 @@ def loss_difference_figure(curves: Sequence[dict]) -> Optional[str]:
     ax.set_xlabel("samples seen")
     ax.set_ylabel("training loss - baseline's")
     ax.set_title("Loss difference from the baseline at equal samples seen (above zero: worse)")
-    _legend_outside(ax)
-    _clean(ax)
+    legend_outside(ax)
+    tidy_axes(ax, grid="both")
     return to_png(fig)
 
 
+@plain_text
 def rank_splits_figure(rows: Sequence[dict]) -> Optional[str]:
     """One stacked bar per rank of each distributed trial: that rank's profiled splits (they add up to its step).
 
@@ -135,24 +113,15 @@ def rank_splits_figure(rows: Sequence[dict]) -> Optional[str]:
     empty bar labelled so)."""
     if not any(r.get("splits") for r in rows):
         return None
-    fig = Figure(figsize=(WIDTH_IN, 1.3 + 0.34 * len(rows)))
+    fig = Figure(figsize=(WIDTH_IN, rows_height(len(rows))))
     ax = fig.subplots()
-    drawn: set = set()
+    phase_bars(ax, [r.get("splits") or {} for r in rows])
     for i, r in enumerate(rows):
-        left = 0.0
-        for phase in PHASES:
-            width = (r.get("splits") or {}).get(phase) or 0.0
-            if width:
-                ax.barh(i, width, left=left, color=PHASE_COLORS[phase], height=0.65,
-                        label=phase if phase not in drawn else None)
-                drawn.add(phase)
-            left += width
         if not r.get("splits"):
             ax.text(0, i, " not profiled", va="center", fontsize="x-small", color="#777777")
-    ax.set_yticks(range(len(rows)), [r["label"] for r in rows])
-    ax.invert_yaxis()
+    label_rows(ax, [r["label"] for r in rows])
     ax.set_xlabel("time per step (ms), each rank's own profiled split")
     ax.set_title("Per-rank time splits of distributed trials")
-    _legend_outside(ax)
-    _clean(ax)
+    legend_outside(ax)
+    tidy_axes(ax, grid="both")
     return to_png(fig)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from perftune.engine import lm
 from perftune.io.files import read_sweep
 from perftune.io.records import PHASES
 from perftune.io.sweep_records import SweepResult
@@ -42,8 +43,7 @@ def load_results(path: str | Path) -> Results:
             "speedup_ci_low": c.ci_low if c else None,
             "speedup_ci_high": c.ci_high if c else None,
             "val_loss": acc.val_loss if acc else None, "train_loss": acc.train_loss if acc else None,
-            "perplexity": acc.perplexity if acc else None,
-            "repetition_rate": acc.repetition_rate if acc else None,
+            "perplexity": lm.perplexity(r), "repetition_rate": lm.repetition(r),  # language models only
             "allocator_peak_bytes": r.memory.allocator_peak_bytes, "host_rss_peak_bytes": r.memory.host_rss_peak_bytes,
         })
         splits = r.profile.splits if r.profile else None

@@ -28,7 +28,7 @@ from perftune.report.notes import bottleneck_note, tried_changes
 from perftune.report.ops import top_op_rows
 from perftune.report.split_notes import split_notes
 from perftune.report.summary import comparison_lines, node_lines, noise_line
-from perftune.report.tables import ablation_table, loo_table, optional_columns, singles_table
+from perftune.report.tables import ablation_table, loo_table, optional_columns, process_label, singles_table
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 LOG_TAIL_LINES = 40
@@ -69,10 +69,6 @@ def verdict_class(verdict: str) -> str:
     if verdict == "baseline":
         return "base"
     return "muted"
-
-
-def display_label(trial: SweepTrial) -> str:
-    return f"{trial.label} (run {trial.replicate + 1})" if trial.kind in ("baseline", "repeat") else trial.label
 
 
 # -- tables ----------------------------------------------------------------------------------------------------------
@@ -203,13 +199,13 @@ def _trial_rows(folder: SweepFolder, frame: pd.DataFrame) -> list[dict]:
         splits = r.profile.splits if r.profile else None
         note = bottleneck_note(r, tried)
         rows.append({
-            "trial_id": t.trial_id, "label": display_label(t), "kind": t.kind, "verdict": t.verdict,
+            "trial_id": t.trial_id, "label": process_label(t, folder.trials), "kind": t.kind, "verdict": t.verdict,
             "class": verdict_class(t.verdict), "status": r.status,
             "samples_per_s": f.get("samples_per_s"), "step_ms": r.step_ms_mean, "step_ms_median": r.step_ms_median,
             "data_wait_ms": r.data_wait_ms_median, "compile_s": r.compile_ms / 1e3 if r.compile_ms is not None else None,
             "window_min": min(windows) if windows else None, "window_max": max(windows) if windows else None,
             "speedup_text": speedup_text(f.get("speedup"), f.get("speedup_ci_low"), f.get("speedup_ci_high"))
-            if t.kind != "baseline" else ("reference" if t.replicate == 0 else ""),
+            if t.kind != "baseline" else ("reference" if t.replicate == 0 and t.verdict == "baseline" else ""),
             **{f"{p}_ms": f.get(f"{p}_ms") for p in PHASES},
             "host_rss_mb": f.get("host_rss_mb"), "peak_mem_mb": f.get("peak_mem_mb"),
             "note": note.text, "note_kind": note.kind, "note_source": note.source,
@@ -223,13 +219,13 @@ def _trial_rows(folder: SweepFolder, frame: pd.DataFrame) -> list[dict]:
     return rows
 
 
-def _top_ops(trial: Optional[SweepTrial]) -> Optional[dict]:
+def _top_ops(trial: Optional[SweepTrial], label: str) -> Optional[dict]:
     if trial is None or trial.result.profile is None:
         return None
     rows, source = top_op_rows(trial.result.profile, TOP_OPS)
     if not rows:
         return None
-    return {"label": display_label(trial) if trial.kind == "baseline" else trial.label, "ops": rows, "source": source}
+    return {"label": label, "ops": rows, "source": source}
 
 
 def _failed(folder: SweepFolder) -> list[dict]:
@@ -238,7 +234,7 @@ def _failed(folder: SweepFolder) -> list[dict]:
         r = t.result
         if t.verdict in FAILED_VERDICTS or r.status != "ok":
             tail = "\n".join((r.log_tail or "").splitlines()[-LOG_TAIL_LINES:])
-            out.append({"label": display_label(t), "trial_id": t.trial_id, "status": r.status,
+            out.append({"label": process_label(t, folder.trials), "trial_id": t.trial_id, "status": r.status,
                         "reason": t.reason or r.reason or "", "log_tail": tail})
     return out
 
@@ -255,7 +251,7 @@ def accuracy_curves(folder: SweepFolder, metric: str) -> list[dict]:
             continue
         seen.add(t.trial_id)
         rejected = t.verdict == "accuracy rejected"
-        curves.append({"label": ("baseline" if t is base else t.label) + (" (rejected)" if rejected else ""),
+        curves.append({"label": t.label + (" (rejected)" if rejected else ""),
                        "points": folder.loss_curve(t.trial_id), "rejected": rejected,
                        "value": getattr(acc, metric, None), "samples_seen": acc.samples_seen})
     return curves
@@ -308,7 +304,8 @@ def build_context(folder: SweepFolder) -> dict:
         "extra": extra_context(folder),
         "trials": trials,
         "any_splits": any(t["splits_text"] for t in trials),
-        "top_ops": [x for x in (_top_ops(t) for t in folder.trials if t.result.status == "ok") if x],
+        "top_ops": [x for x in (_top_ops(t, process_label(t, folder.trials)) for t in folder.trials
+                                if t.result.status == "ok") if x],
         "samples": language.samples(res),
         "cannot_judge": language.gate_cannot_judge(res),
         "failed": _failed(folder),

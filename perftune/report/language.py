@@ -24,7 +24,7 @@ def _sample(trial: SweepTrial, label: str) -> dict:
     r = trial.result
     acc = r.accuracy
     facts = [f"{num(r.tokens_per_s, '.0f')} tokens/s" if r.tokens_per_s else "",
-             f"perplexity {num(acc.perplexity, '.2f')}" if acc and acc.perplexity is not None else "",
+             lm.perplexity_text(r),
              f"repetition {num(acc.repetition_rate, '.2f')}" if acc and acc.repetition_rate is not None else "",
              f"after {acc.samples_seen} samples" if acc else ""]
     text = acc.sample_text if acc else None

@@ -18,6 +18,7 @@ from perftune.io.files import RESULTS_NAME, TRIAL_NAME, TRIALS_DIR, read_sweep, 
 from perftune.io.plan import Plan
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult, SweepTrial
+from perftune.knobs import KNOBS, label_of
 
 
 @dataclass
@@ -80,18 +81,21 @@ def load_folder(out_dir: Path) -> SweepFolder:
 
 def lone_trial(out_dir: Path) -> SweepFolder:
     """A folder holding one ``trial.json`` and no sweep (a hand-added ``perftune.Callback(out=DIR)``, or one trial
-    folder of a sweep): reported as a sweep of that one measurement, its reference."""
+    folder of a sweep, a ``perftune run`` folder): reported as a sweep of that one measurement, with no reference."""
     trial = read_trial(out_dir / TRIAL_NAME)
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(trial.workload).replace("script:", "")).strip("-.")[:80] or "job"
     plan = Plan(name=name if name[0].isalnum() else f"job-{name}"[:80], workload=trial.workload,
                 device=trial.device if trial.device in ("CPU", "GPU", "Ascend") else "CPU", burst=trial.burst)
     stamp = datetime.fromtimestamp((out_dir / TRIAL_NAME).stat().st_mtime, timezone.utc).isoformat(timespec="seconds")
-    verdict = "baseline" if trial.status == "ok" else trial.status
-    row = SweepTrial(trial_id=trial.trial_id, label="baseline", kind="baseline", verdict=verdict,
+    # labelled by its knobs away from perftune's defaults and "measured": one trial is no baseline of anything
+    label = label_of({k: v for k, v in trial.knobs.items() if k in KNOBS and v != KNOBS[k].default},
+                     empty="perftune's default knobs")
+    verdict = "measured" if trial.status == "ok" else trial.status
+    row = SweepTrial(trial_id=trial.trial_id, label=label, kind="baseline", verdict=verdict,
                      reason=trial.reason or "", result=trial.model_copy(update={"steps": []}))
     result = SweepResult(plan=plan, command=f"measured by perftune.Callback: {trial.workload}", status="complete",
                          started_utc=stamp, finished_utc=stamp, trials=[row], environment=trial.environment,
-                         best_label="baseline" if trial.status == "ok" else None,
+                         best_label=label if trial.status == "ok" else None,
                          best_trial_id=trial.trial_id if trial.status == "ok" else None)
     return SweepFolder(out_dir=out_dir, result=result, trials=[row], _full={trial.trial_id: trial},
                        trial_dirs={trial.trial_id: ""})

@@ -44,13 +44,12 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
         f"{mb(r.memory.allocator_peak_bytes)}",
     ]
     if acc:
-        lines.append(f"  accuracy     after {acc.samples_seen} samples: val loss {_num(acc.val_loss, '.4f')}, "
-                     f"perplexity {_num(acc.perplexity, '.2f')}, train loss {_num(acc.train_loss, '.4f')}"
-                     + (f", repetition {acc.repetition_rate:.2f}" if acc.repetition_rate is not None else "")
+        figures = [f"val loss {_num(acc.val_loss, '.4f')}", lm.perplexity_text(r),
+                   f"train loss {_num(acc.train_loss, '.4f')}",
+                   f"repetition {lm.repetition(r):.2f}" if lm.repetition(r) is not None else ""]
+        lines.append(f"  accuracy     after {acc.samples_seen} samples: {', '.join(f for f in figures if f)}"
                      + (" NON-FINITE" if acc.nonfinite else ""))
-        figures = validation_figures(acc)
-        if figures:
-            lines.append(f"  validation   the script's own, after {acc.val_metrics_samples} samples: {figures}")
+        lines += validation_lines(r)
         if acc.sample_text is not None:
             lines.append(f"  sample       {acc.sample_text!r} (greedy, after the accuracy window)")
     p = r.profile
@@ -71,6 +70,18 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
         lines.append(f"  note         {note.text}")
     lines.append(f"  folder: {trial_dir}")
     return "\n".join(lines)
+
+
+def validation_lines(r: TrialResult) -> list[str]:
+    """A script's own validation figures; for a model with none (and no perplexity), a line that says so."""
+    acc = r.accuracy
+    figures = validation_figures(acc)
+    if figures:
+        return [f"  validation   the script's own, after {acc.val_metrics_samples} samples: {figures}"]
+    if lm.is_language_model(r):
+        return []
+    return ["  validation   no accuracy metric: this workload reports losses only (a script adds one with "
+            "perftune.metric(name, value) or Model.fit's valid_dataset)"]
 
 
 def noise_line(result: SweepResult) -> str:

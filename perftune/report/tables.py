@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import pandas as pd
 
@@ -46,6 +46,8 @@ def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
     row["host_rss_mb"] = (mem.host_rss_peak_bytes or 0) / 2**20 or None
     acc = r.accuracy
     row[metric] = getattr(acc, metric) if acc else None
+    if metric == "perplexity" and row[metric] is not None and lm.overflows(row[metric]):
+        row[metric] = None  # gated on perplexity: the gate's value, but never a 100-digit number (engine/lm.py)
     row[f"{metric}_change"] = trial.accuracy_changes.get(metric) if trial.kind != "baseline" else 0.0
     if metric != "perplexity":  # as the gate's metric it is there already, language model or not
         row["perplexity"] = lm.perplexity(r)
@@ -86,9 +88,18 @@ def ablation_table(result: SweepResult) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def process_label(trial: SweepTrial, trials: Sequence[SweepTrial]) -> str:
+    """A process's label in every table and figure: its configuration's, with ``(run N)`` for a candidate's repeat
+    and for a baseline measured in more than one process (a lone measured trial is no run of anything)."""
+    baseline_runs = len({t.trial_id for t in trials if t.kind == "baseline"})
+    if trial.kind == "repeat" or (trial.kind == "baseline" and baseline_runs > 1):
+        return f"{trial.label} (run {trial.replicate + 1})"
+    return trial.label
+
+
 def singles_table(result: SweepResult) -> pd.DataFrame:
     metric = result.plan.accuracy.metric
-    rows = [_trial_row(t, metric, t.label + (f" (run {t.replicate + 1})" if t.kind == "baseline" else ""))
+    rows = [_trial_row(t, metric, process_label(t, result.trials))
             for t in result.trials if t.kind in ("baseline", "single")]
     return pd.DataFrame(rows)
 
