@@ -14,18 +14,8 @@ import pytest
 
 from perftune.engine.accuracy import GateResult
 from perftune.engine.race import Race
-from perftune.engine.sequential import (
-    Decision,
-    Noise,
-    Policy,
-    ProcessRun,
-    benjamini_hochberg,
-    blocks,
-    decide,
-    describe,
-    per_look_alpha,
-    runs_needed,
-)
+from perftune.engine.sequential import blocks, decide, describe
+from perftune.engine.stats import Decision, Noise, Policy, ProcessRun, benjamini_hochberg, per_look_alpha, runs_needed
 from perftune.engine.verdicts import record, verdict
 from perftune.io.sweep_records import ComparisonRecord
 

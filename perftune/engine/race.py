@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Optional, Sequence, Union
 
-from perftune.engine.sequential import Decision, Noise, Policy, ProcessRun, decide
+from perftune.engine.sequential import decide
+from perftune.engine.stats import Decision, Noise, Policy, ProcessRun
 
 
 #: a process that ran but whose timing is not used (measured while other processes used its node's cores): no look
@@ -97,7 +98,7 @@ class Race:
         return True
 
     def noise(self) -> Noise:
-        return Noise.pooled(self.runs, self.policy.prior_sd, self.policy.prior_df)
+        return Noise.pooled(self.runs)
 
     def decide(self, candidate: Hashable, reference: Hashable, noise: Optional[Noise] = None) -> Optional[Decision]:
         return decide(self.runs, candidate, reference, noise or self.noise(), self.policy)

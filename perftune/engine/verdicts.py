@@ -14,24 +14,27 @@ from __future__ import annotations
 from typing import Optional
 
 from perftune.engine.accuracy import GateResult
-from perftune.engine.sequential import Decision, describe
+from perftune.engine.sequential import describe
+from perftune.engine.stats import Decision
 from perftune.io.sweep_records import ComparisonRecord
 
 #: verdicts that the accuracy gate overrides (a faster change that breaks accuracy is handled where it is kept)
 GATE_OVERRIDES = ("not significant", "slower", "no effect", "equivalent", "undecided")
 
 
-def record(d: Decision, reference: str, *, final: bool = True, contended: int = 0) -> ComparisonRecord:
+def record(d: Decision, reference: str, *, final: bool = True) -> ComparisonRecord:
     """``d`` as stored in results.json.  ``final``: an open comparison is out of budget (``undecided``); otherwise
     (informational comparisons, looked at once) it is ``not significant``."""
-    verdict = {"faster": "faster", "slower": "slower", "equivalent": "equivalent"}.get(
-        d.outcome, "undecided" if final else "not significant")
+    if final:
+        verdict = d.outcome if d.outcome != "open" else "undecided"
+    else:  # looked at once: faster or slower only beyond the policy's min_gain
+        verdict = "equivalent" if d.outcome == "equivalent" else d.verdict
     reason = describe(d, reference) if final or d.outcome != "open" else \
         f"x{d.ratio:.3f} [{d.ci_low:.3f}, {d.ci_high:.3f}] vs {reference}: the interval includes 1"
     return ComparisonRecord(reference=reference, ratio=d.ratio, ci_low=d.ci_low, ci_high=d.ci_high,
                             p_value=d.p_value, verdict=verdict, df=d.df, processes=d.blocks,
                             reference_processes=d.reference_runs, noise_sd=d.noise_sd, resolution=d.resolution,
-                            contended=contended, reason=reason)
+                            contended=d.contended + d.remeasured, remeasured=d.remeasured, reason=reason)
 
 
 def speed_verdict(c: ComparisonRecord, min_gain: float, discovered: bool, family: str) -> tuple[str, str]:

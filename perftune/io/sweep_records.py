@@ -22,7 +22,7 @@ FAILED_VERDICTS = ("failed", "timeout", "oom", "unsupported")
 
 
 class ComparisonRecord(Record):
-    """Throughput of a trial relative to a reference, with its interval (``perftune.engine.sequential``)."""
+    """Throughput of a trial relative to a reference, with its interval (``perftune.engine.stats``)."""
 
     reference: str  # trial label it was compared with, e.g. "baseline" or "+mode=graph"
     ratio: float
@@ -35,8 +35,11 @@ class ComparisonRecord(Record):
     reference_processes: Optional[int] = None
     noise_sd: Optional[float] = None  # the sweep's pooled process noise (sd of log throughput) at the decision
     resolution: Optional[float] = None  # half the interval's width (relative): the smallest change it can tell
-    contended: int = 0  # processes of either side measured while other processes competed for the cores (measured
-    #                     again, or used where contention persisted)
+    #: contended processes (other processes competed for the cores) of this comparison: measured again in place of
+    #: one it used, or used where contention persisted; before results schema 4 (``remeasured`` None) every
+    #: contended process of either configuration in the sweep
+    contended: int = 0
+    remeasured: Optional[int] = None  # of ``contended``, those measured again (the rest were used)
     reason: str = ""  # the decision in words
 
 
