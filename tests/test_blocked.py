@@ -114,7 +114,7 @@ def test_trials_are_grouped_by_the_node_that_ran_them():
 def test_node_summary_of_a_cluster_sweep():
     """Scripted sweep: node bb is 20% slower; the single ran on bb and is compared with bb's baseline only."""
     from perftune.io.plan import Plan
-    from perftune.io.sweep_records import SweepResult, SweepTrial
+    from perftune.io.sweep_records import ComparisonRecord, SweepResult, SweepTrial
 
     a, b = NodeRecord(host="h1", node_id="aa"), NodeRecord(host="h2", node_id="bb")
 
@@ -127,12 +127,15 @@ def test_node_summary_of_a_cluster_sweep():
     plan = Plan(name="s", workload="mlp")
     trials = [trial("baseline", 0, 100, a), trial("baseline", 1, 80, b), trial("baseline", 2, 101, a),
               trial("single", 0, 81, b, "+mode=pynative"), trial("single", 0, 100, NodeRecord(host="h3"), "+x=1")]
+    own = ComparisonRecord(reference="baseline", ratio=1.01, ci_low=0.9, ci_high=1.1, p_value=0.5, verdict="undecided",
+                           df=6)
+    trials[3].vs_baseline = own  # the sweep's own comparison, made by its races
     summary = blocked.node_summary(SweepResult(plan=plan, started_utc="now", trials=trials))
     assert summary.hosts == {"aa": "h1", "bb": "h2", "h3": "h3"}
     assert summary.trials_per_node == {"aa": 2, "bb": 2, "h3": 1}
     assert summary.node_effect["bb"] / summary.node_effect["aa"] == pytest.approx(0.8, rel=0.01)
     single, orphan = summary.blocked
-    assert single.node == "bb" and single.comparison.ratio == pytest.approx(81 / 80, rel=1e-6)
-    assert single.comparison.verdict == "not significant" and single.comparison.reference == "baseline on h2"
-    assert orphan.comparison is None and "no baseline" in orphan.note
+    assert single.node == "bb" and single.per_node_ratio == {"bb": pytest.approx(81 / 80, rel=1e-6)}
+    assert single.comparison == own  # one verdict per configuration: the sweep's, not a second one
+    assert orphan.per_node_ratio == {} and "no baseline" in orphan.note
     assert blocked.node_summary(SweepResult(plan=plan, started_utc="now", trials=[])) is None

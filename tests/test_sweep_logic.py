@@ -21,6 +21,7 @@ from perftune.io.plan import Plan
 from perftune.io.records import Accuracy, Note, TrialResult, TrialSpec, WindowStats
 from perftune.io.store import write_json_atomic
 from perftune.io.sweep_records import SweepResult
+from perftune.report.reasons import decision_line
 
 BASE_SPS = 100.0  # baseline throughput, samples/s
 WINDOWS = 3
@@ -129,7 +130,7 @@ def test_every_single_verdict(tmp_path):
     assert "val_loss" in s["+graph_kernel=on"].reason and s["+graph_kernel=on"].accuracy_changes["val_loss"] == \
         pytest.approx(0.25)
     # an accuracy failure is the verdict whatever the speed (issue 18): the speed verdict is kept in the reason
-    assert s["+batch_size=64"].reason.startswith("val_loss") and "speed: slower (x0.4" in s["+batch_size=64"].reason
+    assert s["+batch_size=64"].reason.startswith("val_loss") and "speed: slower (x2.01 slower [" in s["+batch_size=64"].reason
     assert s["+kernel_threads=1"].reason == "boom"
     assert s["+num_parallel_workers=2"].vs_baseline.ci_low > 1.0
     # only the kept change stacks; with one kept change there is nothing to stack on top or leave out
@@ -375,7 +376,10 @@ def test_contended_process_is_measured_again_and_is_not_a_look(tmp_path):
     t = singles(result)["+jit_level=O1"]
     assert t.verdict == "kept" and t.replicate == 0 and "contended" in t.excluded
     c = t.vs_baseline
-    assert c.processes == 1 and c.reference_processes == 2 and c.contended == 3  # 2 measured again, 1 used
+    assert c.processes == 1 and c.reference_processes == 2 and c.contended == 3 and c.remeasured == 2
+    # the summary's line counts the comparison's own processes: 1 used although contended, 2 measured again
+    assert decision_line(t) == (f"+jit_level=O1: kept (1 + 2 processes vs baseline; 1 of them measured under "
+                                f"contention; 2 contended processes measured again, not used): {t.reason}")
     base = [x for x in result.trials if x.kind == "baseline"]
     assert [bool(x.excluded) for x in base] == [False, True, False]
     assert on_disk(sweep) == result

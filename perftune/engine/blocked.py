@@ -10,7 +10,8 @@ exactly ``stats.compare``.
 Interface: ``blocked_compare(reference, candidate, ...)`` takes every usable ``ProcessRun`` of each side (each
 carrying its node) and returns a ``BlockedComparison`` holding a ``stats.Decision`` (None when no node measured both
 sides); ``node_effect`` says how much the nodes differ on the reference; ``node_summary`` applies them to a finished
-``SweepResult``.  Pure: no processes, no I/O.
+``SweepResult`` (per node ratios beside the sweep's own verdicts: one verdict per configuration).  Pure: no
+processes, no I/O.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from typing import Hashable, Iterable, Optional, Sequence
 
 import numpy as np
 
-from perftune.engine import stats, verdicts
+from perftune.engine import stats
 from perftune.engine.stats import ProcessRun
 from perftune.io.records import TrialResult
-from perftune.io.sweep_records import ComparisonRecord, NodeComparison, NodeSummary, SweepResult
+from perftune.io.sweep_records import NodeComparison, NodeSummary, SweepResult
 
 #: the block of trials that carry no node (a local sweep): they all ran on one machine
 LOCAL_NODE = "local"
@@ -57,6 +58,16 @@ def by_node(runs: Sequence[ProcessRun]) -> dict[str, list[ProcessRun]]:
     return out
 
 
+def node_blocks(reference: Sequence[ProcessRun], candidate: Sequence[ProcessRun], noise: stats.Noise) -> tuple[
+        tuple[str, ...], tuple[str, ...], list[float], list[float]]:
+    """The nodes that measured both sides, those that measured only the candidate, and each block's difference of
+    mean log throughput (candidate - reference) with its variance."""
+    ref, cand = by_node(reference), by_node(candidate)
+    nodes = tuple(sorted(n for n in cand if n in ref))
+    pairs = [stats.unpaired(ref[n], cand[n], noise) for n in nodes]
+    return nodes, tuple(sorted(n for n in cand if n not in ref)), [d for d, _ in pairs], [v for _, v in pairs]
+
+
 @dataclass(frozen=True)
 class BlockedComparison:
     """The pooled comparison and what went into it."""
@@ -75,13 +86,11 @@ def blocked_compare(reference: Sequence[ProcessRun], candidate: Sequence[Process
     ``noise_from``: further processes of repeated configurations whose spread estimates the between-process noise
     (the reference and candidate processes are always used).  None if no node has both sides.
     """
-    ref, cand = by_node(reference), by_node(candidate)
-    nodes = tuple(sorted(n for n in cand if n in ref))
-    unpaired = tuple(sorted(n for n in cand if n not in ref))
+    noise = stats.Noise.pooled([*reference, *candidate, *noise_from])
+    nodes, unpaired, diffs, variances = node_blocks(reference, candidate, noise)
     if not nodes:
         return None
-    noise = stats.Noise.pooled([*reference, *candidate, *noise_from])
-    diffs, variances = zip(*(stats.unpaired(ref[n], cand[n], noise) for n in nodes))
+    ref, cand = by_node(reference), by_node(candidate)
     weights = 1.0 / np.array(variances)
     diff = float(np.sum(weights * np.array(diffs)) / np.sum(weights))
     se = math.sqrt(1.0 / float(np.sum(weights)))
@@ -104,8 +113,9 @@ def node_effect(reference: Sequence[ProcessRun]) -> dict[str, float]:
 
 
 def node_summary(result: SweepResult) -> Optional[NodeSummary]:
-    """Which node ran what, the node effect on the baseline, and every measured trial against its own node's
-    baseline; None for a sweep whose trials carry no node (a local sweep)."""
+    """Which node ran what, the node effect on the baseline, and each configuration's ratio to the baseline within
+    each node beside the sweep's own comparison (its one verdict: the races already pair processes by node); None
+    for a sweep whose trials carry no node (a local sweep)."""
     ran = [t for t in result.trials if t.result.node is not None]
     if not ran:
         return None
@@ -114,19 +124,18 @@ def node_summary(result: SweepResult) -> Optional[NodeSummary]:
     for t in ran:
         per_node[node_of(t.result)] = per_node.get(node_of(t.result), 0) + 1
     baseline = usable_runs("baseline", (t.result for t in result.trials if t.kind == "baseline"))
-    d = result.plan.decision
-    policy = stats.Policy(confidence=d.confidence, equivalence=0.0, max_runs=1, min_gain=d.min_gain)
     configs: dict[str, list] = {}  # label -> every process of that configuration (its repeats included)
     for t in result.trials:
         if t.kind != "baseline" and t.result.status == "ok":
             configs.setdefault(t.label, []).append(t)
     rows = []
     for label, trials in configs.items():
-        b = blocked_compare(baseline, usable_runs(label, (t.result for t in trials)), policy)
+        runs = usable_runs(label, (t.result for t in trials))
+        paired, unpaired, diffs, _ = node_blocks(baseline, runs, stats.Noise.pooled([*baseline, *runs]))
         nodes = sorted({node_of(t.result) for t in trials})
-        reference = "baseline on " + ", ".join(hosts.get(n, n) for n in (b.nodes if b else nodes))
-        record = verdicts.record(b.comparison, reference, final=False) if b is not None else None
-        note = "" if b is None or not b.unpaired else f"left out: {len(b.unpaired)} node(s) without a baseline"
+        note = "its node measured no baseline" if not paired else \
+            (f"left out: {len(unpaired)} node(s) without a baseline" if unpaired else "")
         rows.append(NodeComparison(trial_id=trials[0].trial_id, label=label, node=",".join(nodes),
-                                   comparison=record, note=note if b else "its node measured no baseline"))
+                                   comparison=trials[0].vs_baseline, note=note,
+                                   per_node_ratio={n: math.exp(d) for n, d in zip(paired, diffs)}))
     return NodeSummary(hosts=hosts, trials_per_node=per_node, node_effect=node_effect(baseline), blocked=rows)

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Hashable, Optional, Sequence
 
-from perftune.engine.stats import Decision, Noise, Policy, ProcessRun, estimate, runs_needed
+from perftune.engine.stats import Decision, Noise, Policy, ProcessRun, estimate
 
 
 @dataclass(frozen=True)
@@ -67,17 +67,3 @@ def decide(runs: Sequence[ProcessRun], candidate: Hashable, reference: Hashable,
     return estimate(diff, se, noise, policy, policy.max_runs if looks is None else looks,
                     [runs[b.position] for b in bl], [runs[i] for i in neighbours])
 
-
-def describe(d: Decision, reference: str = "") -> str:
-    """The decision in words, with the runs it took and (undecided) what would resolve it."""
-    runs = f"{d.blocks} run{'s' if d.blocks != 1 else ''}"
-    interval = f"x{d.ratio:.3f} [{d.ci_low:.3f}, {d.ci_high:.3f}]" + (f" vs {reference}" if reference else "")
-    if d.outcome == "equivalent":
-        return f"{interval} after {runs}: equivalent within ±{d.equivalence:.0%}"
-    if d.outcome in ("faster", "slower"):
-        return f"{interval} after {runs}: {d.outcome}"
-    seen = abs(d.ratio - 1.0)
-    target = seen if seen > d.equivalence else d.equivalence  # the change measured, or the margin for "equivalent"
-    need = runs_needed(d.noise_sd, target, d.confidence, d.looks, d.df)
-    return (f"{interval}: undecided after {runs}: noise {d.noise_sd:.1%} cannot resolve {target:.1%} "
-            f"(±{d.resolution:.1%} reached; about {need} runs would: decision.max_runs)")

@@ -40,7 +40,8 @@ from perftune.engine.sequential import decide
 from perftune.engine.stats import Noise, Policy, ProcessRun, benjamini_hochberg
 from perftune.io.outdir import clear_own
 from perftune.io.plan import Plan
-from perftune.io.sweep_records import FAILED_VERDICTS, ComparisonRecord, StackStep, SweepResult, SweepTrial
+from perftune.io.sweep_records import FAILED_VERDICTS, ComparisonRecord, StackStep, SweepResult, SweepTrial, Why
+from perftune.report import reasons
 
 FAILED = FAILED_VERDICTS
 label_of = knobs.label_of
@@ -123,18 +124,22 @@ class Sweep:
             noise.sd, noise.df, noise.observed_df
         return noise
 
-    def judge(self, trial: SweepTrial, comparison: Optional[ComparisonRecord], discovered: bool = True,
-              family: str = "the sweep") -> None:
+    def judge(self, trial: SweepTrial, which: str, discovered: bool = True, family: str = "the sweep") -> None:
+        """``trial``'s verdict from its comparison ``which`` (``vs_baseline`` or ``vs_previous``), and why."""
         gate = self.gate(trial)
         if gate is not None:
             trial.accuracy_changes = gate.changes
-        trial.verdict, trial.reason = verdicts.verdict(
-            comparison, noop.no_effect_reasons(trial.changes, trial.result), gate,
-            min_gain=self.plan.decision.min_gain, discovered=discovered, family=family)
+        trial.verdict, why = verdicts.verdict(
+            getattr(trial, which), noop.no_effect_reasons(trial.changes, trial.result), gate,
+            min_gain=self.plan.decision.min_gain, discovered=discovered, family=family, which=which)
         if gate is not None and gate.ok and gate.unjudged and trial.verdict not in FAILED:
-            # passed, but not because it was judged: say so
-            trial.reason += (f"; not judged at this burst length: {', '.join(gate.unjudged)} (the baseline cannot "
-                             "tell; raise accuracy.samples)")
+            why.unjudged = list(gate.unjudged)  # passed, but not because it was judged: say so
+        self.explain(trial, why)
+
+    def explain(self, trial: SweepTrial, why: Why) -> None:
+        """``why`` recorded, and its words (the one renderer's) as the trial's ``reason``."""
+        trial.why = why
+        trial.reason = reasons.reason_text(trial)
         self.save()
 
     # -- the phases ---------------------------------------------------------------------------------------------
@@ -170,8 +175,7 @@ class Sweep:
         run = self.procs.measure_process(self.base)
         if run is None:
             last = self.baseline_runs[-1]
-            last.reason = f"the baseline itself failed: {last.result.reason}"
-            self.save()
+            self.explain(last, Why(failure=last.result.reason or last.verdict, stopped_sweep=True))
             return False
         self.runs.append(run)
         self.result.environment = self.baseline_runs[0].result.environment
@@ -198,7 +202,7 @@ class Sweep:
             if trial.verdict in FAILED:
                 continue
             trial.vs_baseline = comparisons[key]
-            self.judge(trial, comparisons[key], discovered.get(key, False), family)
+            self.judge(trial, "vs_baseline", discovered.get(key, False), family)
             self.say(f"  {trial.label}: {trial.verdict}: {trial.reason}{lm.verdict_suffix(trial.result)}")
         return [self.first(k) for k in keys]
 
@@ -229,12 +233,12 @@ class Sweep:
                 if trial.verdict not in FAILED:
                     trial.vs_previous = comparison
                     trial.vs_baseline = self.informational(key, self.base, "baseline")
-                    self.judge(trial, comparison)
+                    self.judge(trial, "vs_previous")
             kept = trial.verdict == "kept"
-            reason = trial.reason if kept else f"{trial.verdict}: {trial.reason}"
             if not kept and trial.verdict not in FAILED and trial.kind == "stack":
-                trial.verdict = "dropped"
-                trial.reason = reason
+                before, trial.verdict = trial.verdict, "dropped"
+                self.explain(trial, (trial.why or Why()).model_copy(update={"before": before}))
+            reason = reasons.stack_reason(kept, trial)
             self.result.stack.append(StackStep(label=label_of(changes), change=dict(single.changes),
                                                trial_id=trial.trial_id, kept=kept, reason=reason))
             self.say(f"  stack {label_of(changes)}: {'kept' if kept else reason}{lm.verdict_suffix(trial.result)}")
@@ -268,9 +272,8 @@ class Sweep:
                 trial.vs_previous = self.informational(self.best, key, f"final without {label_of(s.change or {})}")
                 trial.vs_baseline = self.informational(key, self.base, "baseline")
                 trial.verdict = "measured"
-                c = trial.vs_previous
-                trial.reason = (f"removing {label_of(s.change or {})} from the final stack: final is "
-                                f"x{c.ratio:.2f} [{c.ci_low:.2f}, {c.ci_high:.2f}] of this" if c else "")
+                if trial.vs_previous is not None:
+                    self.explain(trial, Why(comparison="vs_previous", removed=label_of(s.change or {})))
             self.say(f"  {trial.label}: {trial.reason or trial.verdict}{lm.verdict_suffix(trial.result)}")
             self.save()
 
