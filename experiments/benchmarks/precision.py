@@ -13,7 +13,8 @@ another, and reports (printed last):
 * the between-process SD of log throughput, i.e. the SD of the process means of log window throughput that
   ``stats.Noise.pooled`` estimates from repeated runs: the empirical basis for ``stats.PRIOR_SD`` (the one prior
   of every comparison, 0.07), with a 95% interval; and its part not explained by window noise (var - within/windows);
-* 10 A/A comparisons with ``perftune.engine.stats`` exactly as the sweep makes them: trial i against the pooled
+* 10 A/A comparisons with ``perftune.engine.stats`` (the one noise model, prior and interval of every comparison)
+  as ``perftune compare`` makes them (two groups of processes, looked at once): trial i against the pooled
   baseline of trials i+1..i+3 (noise estimated from those three runs plus the prior), at the plan's confidence
   (95%) and min_gain (3%), and also with min_gain 0 (interval excludes 1); plus 10 one-against-one comparisons
   as the sweep's A/A check does (trial i vs trial i+1: the noise is the prior alone).  Target: none significant.
@@ -134,7 +135,7 @@ def main(argv=None) -> int:
         f"within-process window CV: pooled SD of log window throughput {within_sd:.1%} ({within_df} df); "
         f"median per-process window CV {c.median(window_cvs):.1%}",
         f"BETWEEN-PROCESS SD of log throughput (SD of the {n} process means of log window samples/s, what "
-        f"Noise.estimate computes): {sd_between:.4f} = {sd_between:.1%}, 95% interval [{lo:.1%}, {hi:.1%}]; "
+        f"Noise.pooled estimates): {sd_between:.4f} = {sd_between:.1%}, 95% interval [{lo:.1%}, {hi:.1%}]; "
         f"stats.PRIOR_SD is {prior_before:.3f}",
         f"  of which not explained by window noise (sqrt(var - within/{windows_per_process:.0f})): "
         f"{math.sqrt(excess):.1%}",

@@ -239,8 +239,8 @@ class RankSummary(Record):
 class NodeRecord(Record):
     """The cluster node that ran a trial (``perftune sweep --executor ray``); a local trial has none.
 
-    The sweep compares a trial with the baseline of its own node (``perftune.engine.blocked``), so a slow machine
-    does not look like a slow knob.
+    The sweep compares a trial with the baseline processes of its own node (``perftune.engine.sequential.blocks``;
+    per-node ratios in ``perftune.engine.blocked``), so a slow machine does not look like a slow knob.
     """
 
     executor: Literal["ray"] = "ray"
