@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from perftune.engine.accuracy import GateResult
-from perftune.engine.race import Race
+from perftune.engine.race import Race, round_order
 from perftune.engine.sequential import blocks, decide
 from perftune.engine.stats import Decision, Noise, Policy, ProcessRun, benjamini_hochberg, per_look_alpha, runs_needed
 from perftune.engine.verdicts import record, verdict
@@ -277,3 +277,20 @@ def test_a_slow_node_is_blocked_away_not_called_a_change():
     # a candidate process with no reference process on its node gives no block
     lone = [ProcessRun("base", (100.0,) * 3, "a"), ProcessRun("cand", (90.0,) * 3, "b")]
     assert blocks(lone, "cand", "base") == []
+
+
+def test_later_rounds_measure_the_open_candidates_in_a_seeded_shuffle():
+    """Random interleaving (issue 25 item 5): round one in the caller's order, later rounds shuffled, with a seed
+    that holds nothing of the clock, so a rerun (a resumed sweep) plans the same order."""
+    effects = {f"c{i}": 0.0 for i in range(5)}
+    quiet = Policy(max_runs=4, equivalence=0.0)  # nothing can become equivalent: every candidate runs 4 rounds
+    _, first = race(effects, 0.07, seed=5, policy=quiet)
+    _, again = race(effects, 0.07, seed=5, policy=quiet)
+    assert first.calls == again.calls
+    measured = [c for c in first.calls if c != "base"]
+    rounds = [measured[i:i + 5] for i in range(0, len(measured), 5)]
+    assert len(rounds) == 4 and rounds[0] == list(effects)
+    assert all(sorted(r) == sorted(effects) for r in rounds)
+    assert any(r != list(effects) for r in rounds[1:])  # shuffled, not the plan's order again
+    assert round_order(list(effects), "base", 2) == round_order(list(reversed(effects)), "base", 2)
+    assert round_order(list(effects), "base", 0) == list(effects)
