@@ -14,7 +14,11 @@ Order of work
 4. leave-one-out: the final stack minus each of its changes, to show each change's contribution in context.
 
 The processes themselves (measured or reused, booked, recorded, contended ones left out by one rule) are
-``processes.py``'s; this module is the order of the phases and the decisions.  A runner with lanes (a Ray cluster's
+``processes.py``'s; this module is the order of the phases and the decisions.  Each phase is one method
+(``baseline``, ``one_at_a_time``, ``stack``, ``leave_one_out``) that ``run`` calls in order, so a new phase (more
+baseline processes, say) is a method and a line there: it measures with ``self.procs.measure_process(key)``
+after ``self.procs.register(changes, kind)`` and appends the usable ``ProcessRun`` it gets to ``self.runs`` (the
+races do that themselves), so the noise and the comparisons count it.  A runner with lanes (a Ray cluster's
 nodes) measures each round side by side (``lanes.py``).  Every trial's folder is named by its id (a hash of all knob
 values, the burst settings and the replicate index), and the races are deterministic given the measurements, so a
 rerun reuses what finished and runs only what is missing.  ``results.json`` is rewritten (atomically) after every
