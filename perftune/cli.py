@@ -18,7 +18,6 @@ from pathlib import Path
 import click
 
 from perftune.errors import UserError
-from perftune.report.format import reason_text
 
 
 def user_errors(func):
@@ -53,7 +52,8 @@ def leave(code: int) -> None:
 class SweepProgressDisplay:
     """The sweep's progress on stderr: a tqdm bar on a terminal; otherwise (CI logs, ``nohup``) each line as it
     happens (a process measured, a verdict), flushed, with the lines done of those expected, the time elapsed and an
-    estimate of the time left (elapsed per line x lines left), ratios in the one convention; or nothing."""
+    estimate of the time left (elapsed per line x lines left); or nothing.  The lines come worded by the sweep
+    (``perftune.report.reasons``, the one renderer of decisions), and are printed as they are."""
 
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
@@ -87,10 +87,10 @@ class SweepProgressDisplay:
         self.finished += 1
         self.total = max(self.total, self.finished)  # a line past those expected (the sweep grows the bar after it)
         if self.bar is not None:
-            self.bar.write(reason_text(line), file=sys.stderr)
+            self.bar.write(line, file=sys.stderr)
             self.bar.update(1)
         elif self.enabled:
-            print(f"{reason_text(line)}  {self.timing()}", file=sys.stderr, flush=True)
+            print(f"{line}  {self.timing()}", file=sys.stderr, flush=True)
 
     def grow(self, n: int) -> None:
         self.total += max(n, 0)

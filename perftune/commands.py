@@ -93,7 +93,7 @@ def sweep(plan: Plan, out: Path, plan_path: Optional[Path] = None, fresh: bool =
                                    command=command)
             finally:
                 ray_executor.close()
-            result.nodes = node_summary(result)  # the within-node comparisons, beside the sweep's own verdicts
+            result.nodes = node_summary(result)  # which node ran what, ratios per node beside the sweep's verdicts
             write_json_atomic(out / RESULTS_NAME, result.model_dump(mode="json"))
         else:
             result = run_sweep(plan, out, run_trial, plan_path, fresh=False, progress=progress, command=command)

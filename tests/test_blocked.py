@@ -15,27 +15,36 @@ WINDOWS = 4
 SLOW_NODE = 0.8  # node B is 20% slower than node A
 
 
-def simulate(rng, speed: float, processes: int) -> stats.Measurement:
+POLICY = stats.Policy(confidence=0.95, equivalence=0.0, max_runs=1, min_gain=0.03)
+
+
+def simulate(rng, speed: float, processes: int, config: str = "base", node: str = "local") -> list[stats.ProcessRun]:
     """``processes`` bursts of a configuration whose true throughput is ``speed``."""
     out = []
     for _ in range(processes):
         level = np.log(100.0 * speed) + rng.normal(0, PROCESS_SD)
         out.append(np.exp(level + rng.normal(0, WINDOW_SD, WINDOWS)))
-    return stats.Measurement.of(out)
+    return stats.process_runs(config, out, node)
 
 
 def simulated_sweep(rng, effect: float, base_runs: int = 3, cand_runs: int = 2):
     """Nodes A and B (B 20% slower) each measure the baseline and the candidate (true ratio ``effect``)."""
     nodes = {"A": 1.0, "B": SLOW_NODE}
-    ref = {n: simulate(rng, s, base_runs) for n, s in nodes.items()}
-    cand = {n: simulate(rng, s * effect, cand_runs) for n, s in nodes.items()}
+    ref = {n: simulate(rng, s, base_runs, "base", n) for n, s in nodes.items()}
+    cand = {n: simulate(rng, s * effect, cand_runs, "cand", n) for n, s in nodes.items()}
     return ref, cand
+
+
+def flat(by_node):
+    return [r for runs in by_node.values() for r in runs]
 
 
 def test_a_slow_node_is_no_verdict_when_nothing_changed():
     rng = np.random.default_rng(16)
-    verdicts = [blocked.blocked_compare(*simulated_sweep(rng, 1.0), 0.95, 0.03).comparison.verdict
-                for _ in range(400)]
+    verdicts = []
+    for _ in range(400):
+        ref, cand = simulated_sweep(rng, 1.0)
+        verdicts.append(blocked.blocked_compare(flat(ref), flat(cand), POLICY).comparison.verdict)
     wrong = sum(v != "not significant" for v in verdicts)
     assert wrong <= 400 * 0.02, f"{wrong} of 400 no-effect sweeps got a faster/slower verdict"
 
@@ -46,12 +55,12 @@ def test_the_naive_pooled_comparison_is_fooled_by_the_slow_node():
     slower = 0
     for _ in range(200):
         ref, cand = simulated_sweep(rng, 1.0)
-        c = stats.compare(ref["A"], cand["B"], stats.Noise.estimate([ref["A"]]), 0.95, 0.03)
+        c = stats.compare(ref["A"], cand["B"], stats.Noise.pooled(ref["A"]), POLICY)
         slower += c.verdict == "slower"
     assert slower >= 180  # a 20% slower machine reads as a 20% slower knob
     # the blocked comparison of the same design refuses to compare across machines
-    assert blocked.blocked_compare({"A": ref["A"]}, {"B": cand["B"]}) is None
-    one_sided = blocked.blocked_compare({"A": ref["A"], "B": ref["B"]}, {"B": cand["B"]}, 0.95, 0.03)
+    assert blocked.blocked_compare(ref["A"], cand["B"]) is None
+    one_sided = blocked.blocked_compare(flat(ref), cand["B"], POLICY)
     assert one_sided.nodes == ("B",) and one_sided.comparison.verdict == "not significant"
 
 
@@ -60,7 +69,8 @@ def test_a_true_15_percent_effect_is_found(effect, verdict):
     rng = np.random.default_rng(18)
     found = []
     for _ in range(400):
-        b = blocked.blocked_compare(*simulated_sweep(rng, effect), 0.95, 0.03)
+        ref, cand = simulated_sweep(rng, effect)
+        b = blocked.blocked_compare(flat(ref), flat(cand), POLICY)
         found.append(b.comparison.verdict == verdict)
         assert b.nodes == ("A", "B") and b.unpaired == ()
     assert sum(found) >= 400 * 0.95
@@ -71,9 +81,9 @@ def test_a_true_15_percent_effect_is_found(effect, verdict):
 def test_one_node_decides_exactly_as_the_unblocked_comparison():
     rng = np.random.default_rng(19)
     for effect in (1.0, 1.05, 1.2):
-        ref, cand = simulate(rng, 1.0, 3), simulate(rng, effect, 1)
-        old = stats.compare(ref, cand, stats.Noise.estimate([ref]), 0.95, 0.03)
-        new = blocked.blocked_compare({"local": ref}, {"local": cand}, 0.95, 0.03).comparison
+        ref, cand = simulate(rng, 1.0, 3), simulate(rng, effect, 1, "cand")
+        old = stats.compare(ref, cand, stats.Noise.pooled(ref), POLICY)
+        new = blocked.blocked_compare(ref, cand, POLICY).comparison
         assert new.verdict == old.verdict
         assert (new.ratio, new.ci_low, new.ci_high, new.df) == pytest.approx((old.ratio, old.ci_low, old.ci_high,
                                                                               old.df))
@@ -82,9 +92,9 @@ def test_one_node_decides_exactly_as_the_unblocked_comparison():
 def test_node_effect_shows_the_slow_node():
     rng = np.random.default_rng(20)
     ref, _ = simulated_sweep(rng, 1.0, base_runs=6)
-    effect = blocked.node_effect(ref)
+    effect = blocked.node_effect(flat(ref))
     assert effect["B"] / effect["A"] == pytest.approx(SLOW_NODE, rel=0.05)
-    assert blocked.node_effect({"A": ref["A"]}) == {}
+    assert blocked.node_effect(ref["A"]) == {}
 
 
 def _trial(samples_per_s: float, node: NodeRecord | None, status: str = "ok") -> TrialResult:
@@ -95,16 +105,16 @@ def _trial(samples_per_s: float, node: NodeRecord | None, status: str = "ok") ->
 
 def test_trials_are_grouped_by_the_node_that_ran_them():
     a, b = NodeRecord(host="h1", node_id="aa"), NodeRecord(host="h2", node_id="bb")
-    grouped = blocked.by_node([_trial(100, a), _trial(90, a), _trial(80, b), _trial(1, b, status="failed"),
-                               _trial(50, None)])
+    grouped = blocked.by_node(blocked.usable_runs("c", [_trial(100, a), _trial(90, a), _trial(80, b),
+                                                        _trial(1, b, status="failed"), _trial(50, None)]))
     assert sorted(grouped) == ["aa", "bb", blocked.LOCAL_NODE]
-    assert len(grouped["aa"].processes) == 2 and len(grouped["bb"].processes) == 1  # the failed one is left out
+    assert len(grouped["aa"]) == 2 and len(grouped["bb"]) == 1  # the failed one is left out
 
 
 def test_node_summary_of_a_cluster_sweep():
     """Scripted sweep: node bb is 20% slower; the single ran on bb and is compared with bb's baseline only."""
     from perftune.io.plan import Plan
-    from perftune.io.sweep_records import SweepResult, SweepTrial
+    from perftune.io.sweep_records import ComparisonRecord, SweepResult, SweepTrial
 
     a, b = NodeRecord(host="h1", node_id="aa"), NodeRecord(host="h2", node_id="bb")
 
@@ -117,12 +127,15 @@ def test_node_summary_of_a_cluster_sweep():
     plan = Plan(name="s", workload="mlp")
     trials = [trial("baseline", 0, 100, a), trial("baseline", 1, 80, b), trial("baseline", 2, 101, a),
               trial("single", 0, 81, b, "+mode=pynative"), trial("single", 0, 100, NodeRecord(host="h3"), "+x=1")]
+    own = ComparisonRecord(reference="baseline", ratio=1.01, ci_low=0.9, ci_high=1.1, p_value=0.5, verdict="undecided",
+                           df=6)
+    trials[3].vs_baseline = own  # the sweep's own comparison, made by its races
     summary = blocked.node_summary(SweepResult(plan=plan, started_utc="now", trials=trials))
     assert summary.hosts == {"aa": "h1", "bb": "h2", "h3": "h3"}
     assert summary.trials_per_node == {"aa": 2, "bb": 2, "h3": 1}
     assert summary.node_effect["bb"] / summary.node_effect["aa"] == pytest.approx(0.8, rel=0.01)
     single, orphan = summary.blocked
-    assert single.node == "bb" and single.comparison.ratio == pytest.approx(81 / 80, rel=1e-6)
-    assert single.comparison.verdict == "not significant" and single.comparison.reference == "baseline on h2"
-    assert orphan.comparison is None and "no baseline" in orphan.note
+    assert single.node == "bb" and single.per_node_ratio == {"bb": pytest.approx(81 / 80, rel=1e-6)}
+    assert single.comparison == own  # one verdict per configuration: the sweep's, not a second one
+    assert orphan.per_node_ratio == {} and "no baseline" in orphan.note
     assert blocked.node_summary(SweepResult(plan=plan, started_utc="now", trials=[])) is None

@@ -24,7 +24,7 @@ import pytest
 
 from perftune.engine.lanes import ParallelRunner, run_lanes
 from perftune.engine.race import EXCLUDED, Lanes, Race, plan_round
-from perftune.engine.sequential import Policy, ProcessRun
+from perftune.engine.stats import Policy, ProcessRun
 from perftune.engine.sweep import Sweep
 from perftune.io.plan import Plan
 from perftune.io.records import NodeRecord, TrialResult, TrialSpec
@@ -103,7 +103,7 @@ def test_lanes_run_at_once_each_candidate_beside_the_reference_of_its_node(tmp_p
     assert verdicts == {"+prefetch_size=4": "kept", "+prefetch_size=8": "undecided",
                         "+num_parallel_workers=2": "slower"}
     # every usable candidate process has a reference process of its own node before it and after it
-    for config, (_, kind) in sweep.configs.items():
+    for config, (_, kind) in sweep.procs.configs.items():
         if kind != "single":
             continue
         for run_index, run in enumerate(sweep.runs):

@@ -18,7 +18,7 @@ def test_one_line_per_finished_trial_as_it_happens(tmp_path, capsys):
     scripts = {"baseline": Script(), "+mode=pynative": Script(factor=0.5), "+jit_level=O1": Script(factor=1.0),
                "+num_parallel_workers=2": Script(factor=1.6)}
     sweep, runner = make_sweep(tmp_path, variables, scripts, baseline_runs=2, retry_on_stack=False)
-    sweep.progress = SweepProgressDisplay(enabled=True)
+    sweep.procs.progress = SweepProgressDisplay(enabled=True)
     sweep.run()
     lines = capsys.readouterr().err.splitlines()
     counters = [COUNTER.search(ln) for ln in lines]

@@ -175,10 +175,12 @@ def test_a_sweep_on_two_nodes_has_the_local_layout_and_records_its_nodes(cluster
     # the race's round ran on both nodes at once (one lane per node): some trials of different nodes overlapped
     spans = [(t["result"]["node"]["node_id"], *span(t["result"])) for t in trials]
     assert any(a[0] != b[0] and a[1] < b[2] and b[1] < a[2] for a in spans for b in spans), spans
-    nodes = results["nodes"]  # the node effect and the single against the baseline of its own node
+    nodes = results["nodes"]  # the node effect and the single's ratio to the baseline of each node that ran it
     assert set(nodes["trials_per_node"]) == worker_ids and set(nodes["node_effect"]) == worker_ids
     [single] = nodes["blocked"]
-    assert single["label"] == "+prefetch_size=4" and single["comparison"]["reference"].startswith("baseline on ")
+    assert single["label"] == "+prefetch_size=4" and set(single["per_node_ratio"]) <= worker_ids
+    own = next(t for t in trials if t["label"] == "+prefetch_size=4" and t["kind"] == "single")
+    assert single["comparison"] == own["vs_baseline"]  # one verdict per configuration: the sweep's own
     assert "vs the baseline of its node" in log
     for command in (["report", str(out)], ["compare", str(out), str(out), "--threshold", "50%"]):
         done = subprocess.run([sys.executable, "-m", "perftune.cli", *command], cwd=str(REPO),

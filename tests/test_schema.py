@@ -38,7 +38,7 @@ def v1_copy(tmp_path) -> Path:
 
 def test_the_fixture_is_version_1():
     raw = json.loads((V1 / "results.json").read_text())
-    assert raw["schema_version"] == 1 and RESULTS_SCHEMA_VERSION == 3 and TRIAL_SCHEMA_VERSION == 3
+    assert raw["schema_version"] == 1 and RESULTS_SCHEMA_VERSION == 4 and TRIAL_SCHEMA_VERSION == 3
     assert any(SINK_NOTE in t["result"]["notes"] for t in raw["trials"])
 
 
@@ -129,3 +129,26 @@ def test_files_newer_than_this_perftune_are_refused_in_one_line(v1_copy, tmp_pat
 ])
 def test_upgrade_to_2_infers_kind_and_knob_from_a_string_note(text, kind, knob):
     assert note_from_text(text) == {"kind": kind, "knob": knob, "text": text}
+
+
+def test_version_3_reasons_are_lifted_once_and_rendered_in_the_one_convention():
+    """Results schema 4 stores reasons as data; a version-3 reason (``x0.574 [0.441, 0.731]`` in its prose) has its
+    ratios lifted out by the upgrade, at the full precision of the comparison it was written from."""
+    from perftune.report.format import speed_text
+    from perftune.report.reasons import reason_text
+
+    sample = REPO / "reports" / "sample"
+    raw = json.loads((sample / "results.json").read_text())
+    assert raw["schema_version"] == 3
+    sweep = read_sweep(sample)
+    lifted = [t for t in sweep.trials if t.why is not None and t.why.legacy]
+    assert lifted and all(t.why.legacy for t in lifted)
+    for t in lifted:
+        text = reason_text(t)
+        assert "x0." not in text  # every ratio in the one convention
+        c = t.vs_previous if t.kind == "stack" else t.vs_baseline
+        if c is not None and t.kind == "single":  # its own comparison, with the interval the table shows
+            assert speed_text(c.ratio, c.ci_low, c.ci_high) in text, text
+        old = next(x for x in raw["trials"] if x["trial_id"] == t.trial_id and x["reason"] == t.reason)
+        words = [p.text for p in t.why.legacy if p.ratio is None]
+        assert all(w in old["reason"] for w in words)  # the words are the old ones

@@ -8,26 +8,20 @@ that cancel drift.  Real bursts never decide anything here: the machine's mood c
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 import pytest
 
 from perftune.engine.accuracy import GateResult
-from perftune.engine.race import Race
-from perftune.engine.sequential import (
-    Decision,
-    Noise,
-    Policy,
-    ProcessRun,
-    benjamini_hochberg,
-    blocks,
-    decide,
-    describe,
-    per_look_alpha,
-    runs_needed,
-)
+from perftune.engine.race import Race, round_order
+from perftune.engine.sequential import blocks, decide
+from perftune.engine.stats import Decision, Noise, Policy, ProcessRun, benjamini_hochberg, per_look_alpha, runs_needed
 from perftune.engine.verdicts import record, verdict
-from perftune.io.sweep_records import ComparisonRecord
+from perftune.io.plan import BurstSettings
+from perftune.io.records import TrialResult
+from perftune.io.sweep_records import ComparisonRecord, SweepTrial, Why
+from perftune.report.reasons import comparison_text, reason_text
 
 
 class Machine:
@@ -190,11 +184,14 @@ def test_settled_candidates_are_not_raced():
     assert machine.calls.count("noop") == 1 and machine.calls.count("open") == 4
 
 
-def test_describe_says_what_was_decided_and_what_would_resolve_an_open_comparison():
+def test_the_words_say_what_was_decided_and_what_would_resolve_an_open_comparison():
     runs = [ProcessRun("base", (100.0,)), ProcessRun("c", (104.0,)), ProcessRun("base", (100.0,))]
     d = decide(runs, "c", "base", Noise(var=0.09**2, df=20), Policy(max_runs=8))
-    text = describe(d, "baseline")
-    assert d.outcome == "open" and text.startswith("x1.040 [") and " vs baseline: undecided after 1 run: " in text
+    c = record(d, "baseline")
+    text = comparison_text(c)
+    assert text == c.reason  # stored as the one renderer words it
+    assert d.outcome == "open" and text.startswith("x1.04 faster [") and " vs baseline: undecided after 1 run: " in text
+    assert c.runs_needed is not None and c.equivalence == 0.03  # what the words say is in the record's fields
     assert "noise 9.0% cannot resolve 4.0%" in text and "runs would: decision.max_runs" in text
     assert decide(runs, "c", "base", Noise(var=0.001**2, df=20)).outcome == "faster"
     # one look plans for one look: a narrower interval than the same data under a four-look boundary
@@ -205,33 +202,46 @@ def test_describe_says_what_was_decided_and_what_would_resolve_an_open_compariso
 # -- the verdict's precedence (perftune.engine.verdicts): timing never outranks what the burst knows --------------------
 def comparison(outcome: str, ratio: float) -> ComparisonRecord:
     return ComparisonRecord(reference="baseline", ratio=ratio, ci_low=ratio * 0.95, ci_high=ratio * 1.05,
-                            p_value=0.001, verdict=outcome, df=20, reason=f"x{ratio} {outcome}")
+                            p_value=0.001, verdict=outcome, df=20, processes=2)
+
+
+def worded(c: Optional[ComparisonRecord], *args, **kwargs) -> tuple[str, str]:
+    """The verdict, and its reason as the one renderer words it for a trial holding ``c`` as ``vs_baseline``."""
+    name, why = verdict(c, *args, **kwargs)
+    trial = SweepTrial(trial_id="t", label="+x=1", kind="single", verdict=name, why=why, vs_baseline=c,
+                       result=TrialResult(trial_id="t", status="ok", workload="mlp", device="CPU", knobs={},
+                                          burst=BurstSettings()))
+    return name, reason_text(trial)
 
 
 def test_a_known_noop_is_no_effect_even_when_the_timing_says_faster():
     fast = comparison("faster", 1.8)
-    assert verdict(fast, [], None, min_gain=0.03) == ("kept", fast.reason)
-    assert verdict(fast, ["dataset_sink_mode=true has no effect on CPU"], None, min_gain=0.03) == \
+    assert verdict(fast, [], None, min_gain=0.03) == ("kept", Why(comparison="vs_baseline"))
+    assert worded(fast, [], None, min_gain=0.03) == ("kept", comparison_text(fast))
+    assert worded(fast, ["dataset_sink_mode=true has no effect on CPU"], None, min_gain=0.03) == \
         ("no effect", "dataset_sink_mode=true has no effect on CPU")
 
 
 def test_an_accuracy_failure_outranks_every_speed_verdict():
     bad = GateResult(ok=False, reason="val_loss +25%")
     for outcome, ratio in (("faster", 1.8), ("slower", 0.5), ("equivalent", 1.0), ("undecided", 1.01)):
-        name, reason = verdict(comparison(outcome, ratio), [], bad, min_gain=0.03)
+        name, reason = worded(comparison(outcome, ratio), [], bad, min_gain=0.03)
         assert name == "accuracy rejected" and "val_loss +25%" in reason, outcome
-    name, reason = verdict(comparison("faster", 1.0), ["no-op"], bad, min_gain=0.03)
+    assert worded(comparison("faster", 1.8), [], bad, min_gain=0.03)[1] == "x1.80 faster but val_loss +25%"
+    name, reason = worded(comparison("faster", 1.0), ["no-op"], bad, min_gain=0.03)
     assert name == "accuracy rejected" and "speed: no effect (no-op)" in reason
 
 
 def test_small_or_undiscovered_changes_are_not_significant():
-    assert verdict(comparison("faster", 1.02), [], None, min_gain=0.03)[0] == "not significant"
-    name, reason = verdict(comparison("slower", 0.8), [], None, min_gain=0.03, discovered=False,
-                           family="the 8 one-at-a-time comparisons")
+    name, reason = worded(comparison("faster", 1.02), [], None, min_gain=0.03)
+    assert name == "not significant" and reason.endswith(", but the change +2.0% is below min_gain 3%")
+    name, reason = worded(comparison("slower", 0.8), [], None, min_gain=0.03, discovered=False,
+                          family="the 8 one-at-a-time comparisons")
     assert name == "not significant" and "not a discovery across the 8 one-at-a-time comparisons" in reason
+    assert reason.startswith("x1.25 slower [")  # the one ratio convention, from the record's numbers
     assert verdict(comparison("equivalent", 1.0), [], None, min_gain=0.03)[0] == "equivalent"
     assert verdict(comparison("undecided", 1.0), [], None, min_gain=0.03)[0] == "undecided"
-    assert verdict(None, [], None, min_gain=0.03) == ("failed", "no throughput to compare")
+    assert worded(None, [], None, min_gain=0.03) == ("failed", "no throughput to compare")
 
 
 def test_record_of_an_informational_comparison_is_not_undecided():
@@ -267,3 +277,20 @@ def test_a_slow_node_is_blocked_away_not_called_a_change():
     # a candidate process with no reference process on its node gives no block
     lone = [ProcessRun("base", (100.0,) * 3, "a"), ProcessRun("cand", (90.0,) * 3, "b")]
     assert blocks(lone, "cand", "base") == []
+
+
+def test_later_rounds_measure_the_open_candidates_in_a_seeded_shuffle():
+    """Random interleaving (issue 25 item 5): round one in the caller's order, later rounds shuffled, with a seed
+    that holds nothing of the clock, so a rerun (a resumed sweep) plans the same order."""
+    effects = {f"c{i}": 0.0 for i in range(5)}
+    quiet = Policy(max_runs=4, equivalence=0.0)  # nothing can become equivalent: every candidate runs 4 rounds
+    _, first = race(effects, 0.07, seed=5, policy=quiet)
+    _, again = race(effects, 0.07, seed=5, policy=quiet)
+    assert first.calls == again.calls
+    measured = [c for c in first.calls if c != "base"]
+    rounds = [measured[i:i + 5] for i in range(0, len(measured), 5)]
+    assert len(rounds) == 4 and rounds[0] == list(effects)
+    assert all(sorted(r) == sorted(effects) for r in rounds)
+    assert any(r != list(effects) for r in rounds[1:])  # shuffled, not the plan's order again
+    assert round_order(list(effects), "base", 2) == round_order(list(reversed(effects)), "base", 2)
+    assert round_order(list(effects), "base", 0) == list(effects)

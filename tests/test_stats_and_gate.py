@@ -18,29 +18,36 @@ def windows(rng, mean, n_proc=1, n_win=3, between=0.03, within=0.01):
             for _ in range(n_proc)]
 
 
-def test_measurement_rejects_nonsense():
+def runs(windows_by_process, config="base"):
+    return stats.process_runs(config, windows_by_process)
+
+
+def policy(min_gain):
+    return stats.Policy(confidence=0.95, equivalence=0.0, max_runs=1, min_gain=min_gain)
+
+
+def test_process_runs_reject_nonsense():
+    assert runs([]) == []
     with pytest.raises(ValueError):
-        stats.Measurement.of([])
+        runs([[100.0, -1.0]])
     with pytest.raises(ValueError):
-        stats.Measurement.of([[100.0, -1.0]])
-    with pytest.raises(ValueError):
-        stats.Measurement.of([[float("nan")]])
+        runs([[float("nan")]])
 
 
 def test_noise_prior_dominates_with_no_repeats_and_yields_to_data():
-    single = stats.Measurement.of([[100, 101, 99]])
-    assert stats.Noise.estimate([single]).between_var == pytest.approx(stats.PRIOR_BETWEEN_SD ** 2)
-    spread = stats.Measurement.of([[100] * 3, [130] * 3, [80] * 3, [120] * 3])
-    noisy = stats.Noise.estimate([spread])
-    assert noisy.between_var > 4 * stats.PRIOR_BETWEEN_SD ** 2 and noisy.df == stats.PRIOR_DF + 3
+    single = runs([[100, 101, 99]])
+    assert stats.Noise.pooled(single).var == pytest.approx(stats.PRIOR_SD ** 2)
+    spread = runs([[100] * 3, [130] * 3, [80] * 3, [120] * 3])
+    noisy = stats.Noise.pooled(spread)
+    assert noisy.var > 4 * stats.PRIOR_SD ** 2 and noisy.df == stats.PRIOR_DF + 3
 
 
 def test_a_clear_speedup_is_faster_and_a_clear_slowdown_is_slower():
     rng = np.random.default_rng(1)
-    base = stats.Measurement.of(windows(rng, 100, n_proc=3))
-    noise = stats.Noise.estimate([base])
-    fast = stats.compare(base, stats.Measurement.of(windows(rng, 200)), noise, 0.95, 0.03)
-    slow = stats.compare(base, stats.Measurement.of(windows(rng, 50)), noise, 0.95, 0.03)
+    base = runs(windows(rng, 100, n_proc=3))
+    noise = stats.Noise.pooled(base)
+    fast = stats.compare(base, runs(windows(rng, 200), "c"), noise, policy(0.03))
+    slow = stats.compare(base, runs(windows(rng, 50), "c"), noise, policy(0.03))
     assert fast.verdict == "faster" and fast.ci_low > 1 and fast.ratio == pytest.approx(2, rel=0.15)
     assert slow.verdict == "slower" and slow.ci_high < 1
 
@@ -50,19 +57,19 @@ def test_aa_comparisons_are_mostly_not_significant():
     rng = np.random.default_rng(7)
     verdicts = []
     for _ in range(200):
-        base = stats.Measurement.of(windows(rng, 100, n_proc=3))
-        cand = stats.Measurement.of(windows(rng, 100))
-        verdicts.append(stats.compare(base, cand, stats.Noise.estimate([base]), 0.95, 0.0).verdict)
+        base = runs(windows(rng, 100, n_proc=3))
+        cand = runs(windows(rng, 100), "c")
+        verdicts.append(stats.compare(base, cand, stats.Noise.pooled(base), policy(0.0)).verdict)
     false_alarms = sum(v != "not significant" for v in verdicts) / len(verdicts)
     assert false_alarms <= 0.08, false_alarms
 
 
 def test_min_gain_keeps_a_real_but_small_gain_from_counting():
-    base = stats.Measurement.of([[100, 100.1, 99.9]] * 3)
-    cand = stats.Measurement.of([[102, 102.1, 101.9]])
-    tight = stats.Noise(between_var=1e-8, df=20)
-    assert stats.compare(base, cand, tight, 0.95, 0.0).verdict == "faster"
-    assert stats.compare(base, cand, tight, 0.95, 0.03).verdict == "not significant"
+    base = runs([[100, 100.1, 99.9]] * 3)
+    cand = runs([[102, 102.1, 101.9]], "c")
+    tight = stats.Noise(var=1e-8, df=20)
+    assert stats.compare(base, cand, tight, policy(0.0)).verdict == "faster"
+    assert stats.compare(base, cand, tight, policy(0.03)).verdict == "not significant"
 
 
 def acc(**kw):

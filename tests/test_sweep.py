@@ -15,6 +15,7 @@ import pytest
 
 import perftune
 from conftest import TINY_MLP, run_sweep_cli, write_plan
+from perftune.io.records import RESULTS_SCHEMA_VERSION
 from perftune.io.sweep_records import SweepResult
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,7 +48,7 @@ def assert_consistent(result: SweepResult, out: Path) -> None:
 
 def test_data_bound_sweep_runs_every_trial_and_records_its_decisions(quick_sweep):
     result = SweepResult.model_validate_json((quick_sweep / "results.json").read_text())
-    assert result.status == "complete" and result.schema_version == 3
+    assert result.status == "complete" and result.schema_version == RESULTS_SCHEMA_VERSION
     singles = by_label(result)
     assert set(singles) == {"+num_parallel_workers=2", "+mode=pynative"}
     for t in singles.values():

@@ -11,9 +11,10 @@ another, and reports (printed last):
   <= 3%);
 * the within-process window CV (pooled SD of log window throughput, and the median per-process window CV);
 * the between-process SD of log throughput, i.e. the SD of the process means of log window throughput that
-  ``stats.Noise.estimate`` computes from repeated runs: the empirical basis for ``stats.PRIOR_BETWEEN_SD``
-  (now 0.03), with a 95% interval; and its part not explained by window noise (var - within/windows);
-* 10 A/A comparisons with ``perftune.engine.stats`` exactly as the sweep makes them: trial i against the pooled
+  ``stats.Noise.pooled`` estimates from repeated runs: the empirical basis for ``stats.PRIOR_SD`` (the one prior
+  of every comparison, 0.07), with a 95% interval; and its part not explained by window noise (var - within/windows);
+* 10 A/A comparisons with ``perftune.engine.stats`` (the one noise model, prior and interval of every comparison)
+  as ``perftune compare`` makes them (two groups of processes, looked at once): trial i against the pooled
   baseline of trials i+1..i+3 (noise estimated from those three runs plus the prior), at the plan's confidence
   (95%) and min_gain (3%), and also with min_gain 0 (interval excludes 1); plus 10 one-against-one comparisons
   as the sweep's A/A check does (trial i vs trial i+1: the noise is the prior alone).  Target: none significant.
@@ -38,21 +39,24 @@ import harness as c  # noqa: E402
 TARGET_CV = 0.03
 
 
-def aa_comparisons(procs: list[list[float]], confidence: float, min_gain: float) -> dict:
+def aa_comparisons(procs: list[list[float]], confidence: float, min_gain: float, prior_sd: float | None = None) -> dict:
     from perftune.engine import stats
 
+    prior = stats.PRIOR_SD if prior_sd is None else prior_sd
+    strict_policy = stats.Policy(confidence=confidence, equivalence=0.0, max_runs=1)
+    gated_policy = stats.Policy(confidence=confidence, equivalence=0.0, max_runs=1, min_gain=min_gain)
     n = len(procs)
     rows = []
     for i in range(n):
         ref_idx = [(i + j) % n for j in (1, 2, 3)]
-        ref = stats.Measurement.of([procs[j] for j in ref_idx])
-        cand = stats.Measurement.of([procs[i]])
-        noise = stats.Noise.estimate([ref])
-        strict = stats.compare(ref, cand, noise, confidence, 0.0)
-        gated = stats.compare(ref, cand, noise, confidence, min_gain)
-        one_ref = stats.Measurement.of([procs[(i + 1) % n]])
-        one = stats.compare(one_ref, cand, stats.Noise.estimate([one_ref]), confidence, min_gain)
-        one_strict = stats.compare(one_ref, cand, stats.Noise.estimate([one_ref]), confidence, 0.0)
+        ref = stats.process_runs("ref", [procs[j] for j in ref_idx])
+        cand = stats.process_runs("cand", [procs[i]])
+        noise = stats.Noise.pooled(ref, prior)
+        strict = stats.compare(ref, cand, noise, strict_policy)
+        gated = stats.compare(ref, cand, noise, gated_policy)
+        one_ref = stats.process_runs("ref", [procs[(i + 1) % n]])
+        one = stats.compare(one_ref, cand, stats.Noise.pooled(one_ref, prior), gated_policy)
+        one_strict = stats.compare(one_ref, cand, stats.Noise.pooled(one_ref, prior), strict_policy)
         rows.append({"i": i, "ref": ref_idx, "pooled": gated, "pooled_strict": strict, "one": one,
                      "one_strict": one_strict})
     return {"rows": rows,
@@ -96,24 +100,22 @@ def main(argv=None) -> int:
 
     procs = [[w.samples_per_s for w in r.windows] for r in results]
     thr = [r.samples_per_s for r in results]
-    m = stats.Measurement.of(procs)
-    means = m.process_means()
+    logs = [np.log(p) for p in procs]
+    means = np.array([lg.mean() for lg in logs])
     n = len(means)
     sd_between = float(np.std(means, ddof=1))
     lo = sd_between * math.sqrt((n - 1) / sps.chi2.ppf(0.975, n - 1))
     hi = sd_between * math.sqrt((n - 1) / sps.chi2.ppf(0.025, n - 1))
-    within_var, within_df = m.within_var()
+    within_df = sum(len(lg) - 1 for lg in logs)
+    within_var = sum(float(np.sum((lg - lg.mean()) ** 2)) for lg in logs) / max(within_df, 1)
     within_sd = math.sqrt(within_var)
-    excess = max(0.0, sd_between**2 - within_var / m.windows_per_process)
+    windows_per_process = float(np.mean([len(p) for p in procs]))
+    excess = max(0.0, sd_between**2 - within_var / windows_per_process)
     window_cvs = [c.cv(p) for p in procs]
     decision = plan.decision
     aa = aa_comparisons(procs, decision.confidence, decision.min_gain)
-    prior_before = stats.PRIOR_BETWEEN_SD
-    stats.PRIOR_BETWEEN_SD = sd_between  # Noise.estimate reads the module global
-    try:
-        aa_measured = aa_comparisons(procs, decision.confidence, decision.min_gain)
-    finally:
-        stats.PRIOR_BETWEEN_SD = prior_before
+    prior_before = stats.PRIOR_SD
+    aa_measured = aa_comparisons(procs, decision.confidence, decision.min_gain, prior_sd=sd_between)
     cv_proc = c.cv(thr)
     rho = float(sps.spearmanr(range(n), thr).statistic) if n > 2 else float("nan")
 
@@ -133,9 +135,9 @@ def main(argv=None) -> int:
         f"within-process window CV: pooled SD of log window throughput {within_sd:.1%} ({within_df} df); "
         f"median per-process window CV {c.median(window_cvs):.1%}",
         f"BETWEEN-PROCESS SD of log throughput (SD of the {n} process means of log window samples/s, what "
-        f"Noise.estimate computes): {sd_between:.4f} = {sd_between:.1%}, 95% interval [{lo:.1%}, {hi:.1%}]; "
-        f"stats.PRIOR_BETWEEN_SD is {prior_before:.3f}",
-        f"  of which not explained by window noise (sqrt(var - within/{m.windows_per_process:.0f})): "
+        f"Noise.pooled estimates): {sd_between:.4f} = {sd_between:.1%}, 95% interval [{lo:.1%}, {hi:.1%}]; "
+        f"stats.PRIOR_SD is {prior_before:.3f}",
+        f"  of which not explained by window noise (sqrt(var - within/{windows_per_process:.0f})): "
         f"{math.sqrt(excess):.1%}",
         f"A/A, {n} comparisons as the sweep makes them (trial i vs pooled trials i+1..i+3, noise from those 3 + "
         f"prior {prior_before:.0%}, confidence {decision.confidence:.0%}):",
@@ -152,7 +154,7 @@ def main(argv=None) -> int:
         f"A/A significant with the measured SD {sd_between:.1%} as the prior: pooled-baseline "
         f"{aa_measured['pooled_sig']} (min_gain {decision.min_gain:.0%}) / {aa_measured['pooled_strict_sig']} "
         f"(min_gain 0); one-vs-one {aa_measured['one_sig']} / {aa_measured['one_strict_sig']}",
-        f"MEASURED BETWEEN-PROCESS SD (basis for stats.PRIOR_BETWEEN_SD): {sd_between:.4f}",
+        f"MEASURED BETWEEN-PROCESS SD (basis for stats.PRIOR_SD): {sd_between:.4f}",
     ]
     print("\n".join(lines), flush=True)
     missed = cv_proc > TARGET_CV or aa["pooled_sig"] > 0

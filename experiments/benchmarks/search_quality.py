@@ -150,13 +150,13 @@ def run(space: dict, rounds: int, out: Path, burst: dict, samples: int) -> tuple
         measured["grid best"] = measured["sweep best"]
 
     def meas(name):
-        return stats.Measurement.of([[w.samples_per_s for w in r.windows] for r in measured[name]])
+        return stats.runs_of(name, measured[name])
 
-    noise = stats.Noise.estimate([meas(n) for n in sides])
-    conf = plan.decision.confidence
-    vs_grid = stats.compare(meas("grid best"), meas("sweep best"), noise, conf, 0.0)
-    vs_naive = stats.compare(meas("naive"), meas("sweep best"), noise, conf, 0.0)
-    grid_vs_naive = stats.compare(meas("naive"), meas("grid best"), noise, conf, 0.0)
+    noise = stats.Noise.pooled([r for n in sides for r in meas(n)])
+    once = stats.Policy(confidence=plan.decision.confidence, equivalence=0.0, max_runs=1)
+    vs_grid = stats.compare(meas("grid best"), meas("sweep best"), noise, once)
+    vs_naive = stats.compare(meas("naive"), meas("sweep best"), noise, once)
+    grid_vs_naive = stats.compare(meas("naive"), meas("grid best"), noise, once)
     per_round_grid = [a.samples_per_s / b.samples_per_s for a, b in zip(measured["sweep best"], measured["grid best"])]
     per_round_naive = [a.samples_per_s / b.samples_per_s for a, b in zip(measured["sweep best"], measured["naive"])]
     acc = gate.check(measured["naive"][0].accuracy, measured["sweep best"][0].accuracy, plan.accuracy)

@@ -1,4 +1,5 @@
-"""One configuration, OLD vs NEW: throughput and step time with intervals (``stats.compare``), and the metrics
+"""One configuration, OLD vs NEW: throughput and step time with intervals (``stats.compare``: the noise model,
+interval and verdict of every perftune comparison, looked at once), and the metrics
 without windows (data wait, splits, memory, accuracy) by a threshold on their relative change."""
 
 from __future__ import annotations
@@ -59,41 +60,37 @@ def step_rate_windows(result: TrialResult) -> list[float]:
     return [w.steps * 1e3 / w.total_ms for w in result.windows if w.total_ms > 0 and w.steps > 0]
 
 
-def _measurement(entries: list[Entry],
-                 windows: Callable[[TrialResult], list[float]]) -> Optional[stats.Measurement]:
+def process_runs(config: Any, entries: list[Entry],
+                 windows: Callable[[TrialResult], list[float]]) -> list[stats.ProcessRun]:
+    """The usable processes of one configuration on one side, in file order."""
     for e in entries:
         bad = [v for v in (windows(e.result) if e.ok else []) if v is None or not math.isfinite(v) or v <= 0]
         if bad:
             raise UserError(f"{e.source}: trial {e.result.trial_id} has an unusable window throughput ({bad[0]!r}; "
                             "expected finite numbers > 0): the file is corrupted or was edited")
-    return stats.measurement_of((e.result for e in entries), windows)
+    return stats.runs_of(config, (e.result for e in entries), windows=windows)
 
 
 def noise_of(groups: list[dict[str, list[Entry]]], windows: Callable[[TrialResult], list[float]]) -> stats.Noise:
     """Between-process noise from every configuration measured in more than one process, on either side."""
-    ms = []
-    for g in groups:
-        for entries in g.values():
-            m = _measurement(entries, windows)
-            if m is not None and len(m.processes) > 1:
-                ms.append(m)
-    return stats.Noise.estimate(ms)
+    return stats.Noise.pooled([r for side, g in enumerate(groups) for key, entries in g.items()
+                               for r in process_runs((side, key), entries, windows)])
 
 
 def _interval_metric(name: str, unit: str, old: list[Entry], new: list[Entry], noise: stats.Noise,
                      windows: Callable[[TrialResult], list[float]], threshold: float, confidence: float,
                      invert: bool) -> MetricChange:
     mc = MetricChange(name=name, unit=unit, interval=True)
-    ref, cand = _measurement(old, windows), _measurement(new, windows)
-    if ref is None or cand is None:
+    ref, cand = process_runs("OLD", old, windows), process_runs("NEW", new, windows)
+    if not ref or not cand:
         mc.interval = False
-        mc.note = "no timed windows on " + ("both sides" if ref is None and cand is None else
-                                            ("OLD" if ref is None else "NEW"))
+        mc.note = "no timed windows on " + ("both sides" if not ref and not cand else ("OLD" if not ref else "NEW"))
         return mc
-    c = stats.compare(ref, cand, noise, confidence, min_gain=threshold)
+    c = stats.compare(ref, cand, noise, stats.Policy(confidence=confidence, equivalence=0.0, max_runs=1,
+                                                      min_gain=threshold))
     # the values shown are the centres the ratio is estimated from (geometric mean of the processes' window
     # means), so NEW / OLD is the ratio exactly and the numbers never point the other way from it
-    old_centre, new_centre = math.exp(ref.process_means().mean()), math.exp(cand.process_means().mean())
+    old_centre, new_centre = math.exp(stats.centre(ref)), math.exp(stats.centre(cand))
     if invert:  # step time: the ratio of times is the inverse of the ratio of rates
         mc.old, mc.new = 1e3 / old_centre, 1e3 / new_centre
         mc.ratio, mc.ci_low, mc.ci_high = 1 / c.ratio, 1 / c.ci_high, 1 / c.ci_low

@@ -4,7 +4,7 @@ Each side is a sweep's ``results.json``, a single ``trial.json``, a folder holdi
 folders (several runs of the same plan, e.g. interleaved CI rounds: ``runs/base/1``, ``runs/base/2``), pooled.
 
 Trials are matched by their effective knob values.  Every trial is one process; the processes of one configuration
-on one side (a sweep's baseline runs, or the same plan run twice) are pooled as one ``stats.Measurement``, and every
+on one side (a sweep's baseline runs, or the same plan run twice) are pooled, and every
 configuration measured more than once on either side feeds the between-process noise estimate (``stats.Noise``).
 Throughput and step time come with a confidence interval from the recorded windows (``stats.compare``); splits,
 memory and accuracy are one number per process without windows, so for them the threshold applies to the relative
@@ -69,7 +69,7 @@ class SideSummary:
 
 
 @dataclass
-class NoiseSummary:
+class ProcessNoiseSummary:
     between_sd: float  # of log throughput between processes (~ relative sd)
     df: int
     configurations: int  # configurations measured more than once that fed it
@@ -83,7 +83,7 @@ class CompareReport:
     metric: str
     threshold: float
     confidence: float
-    noise: NoiseSummary
+    noise: ProcessNoiseSummary
     configurations: list[ConfigComparison]
     only_old: list[str]
     only_new: list[str]
@@ -139,7 +139,7 @@ def run_compare(old: str | Path, new: str | Path, threshold: float = 0.05, metri
     repeated = sum(1 for g in (old_groups, new_groups) for es in g.values() if sum(e.ok for e in es) > 1)
     if not repeated:
         warnings.append(f"no configuration was measured more than once on either side: the intervals assume a "
-                        f"between-process noise of {stats.PRIOR_BETWEEN_SD:.0%}; measure the baseline at least "
+                        f"between-process noise of {stats.PRIOR_SD:.0%}; measure the baseline at least "
                         "twice (decision.baseline_runs) for an estimate from your machine")
     configs = [compare_config(label(k), json.loads(k), old_groups[k], new_groups[k], metric, threshold, confidence,
                                noise, step_noise) for k in common]
@@ -170,7 +170,7 @@ def run_compare(old: str | Path, new: str | Path, threshold: float = 0.05, metri
     report = CompareReport(
         old=side_summary(old_side, old_groups), new=side_summary(new_side, new_groups), metric=metric,
         threshold=threshold, confidence=confidence,
-        noise=NoiseSummary(between_sd=math.sqrt(noise.between_var), df=noise.df, configurations=repeated,
+        noise=ProcessNoiseSummary(between_sd=noise.sd, df=noise.df, configurations=repeated,
                            from_prior_only=not repeated),
         configurations=configs,
         only_old=[f"{label(k)} ({sum(e.ok for e in old_groups[k])} run(s))" for k in old_groups if k not in new_groups],

@@ -33,7 +33,7 @@ class ParallelRunner(Protocol):
 
 
 class LaneSweep(Protocol):
-    """What a sweep offers the lanes (``perftune.engine.sweep.Sweep``)."""
+    """What a sweep offers the lanes (``perftune.engine.processes.Processes``)."""
 
     def book(self, key: Hashable) -> int: ...  # the next replicate of ``key``, reserved
     def measure_booked(self, key: Hashable, replicate: int, lane: int) -> Any: ...  # any thread

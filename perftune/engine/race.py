@@ -18,14 +18,22 @@ reference processes *of its own node* and ``blocks`` pairs them as in one proces
 get more processes of the open candidates (up to ``policy.max_runs``), so a cluster resolves a comparison in fewer
 rounds rather than waiting.  The round's outcomes are appended to ``runs`` in lane order once all lanes are done, so
 the decisions are the same whichever lane finished first, and a resumed sweep plans the same rounds.
+
+Order: the first round follows the caller's order (the sweep's order rule puts the likely bottleneck's knobs
+first); every later round measures the open candidates in a shuffled order (random interleaving, as Google
+Benchmark's ``--benchmark_enable_random_interleaving``), so a candidate is not always measured at the same point of
+a round's drift and load.  The shuffle is seeded by the reference, the round and the open candidates (``round_order``),
+never by the clock, so a resumed sweep plans exactly the same rounds and reuses what finished.
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Optional, Sequence, Union
 
-from perftune.engine.sequential import Decision, Noise, Policy, ProcessRun, decide
+from perftune.engine.sequential import decide
+from perftune.engine.stats import Decision, Noise, Policy, ProcessRun
 
 
 #: a process that ran but whose timing is not used (measured while other processes used its node's cores): no look
@@ -69,6 +77,17 @@ def plan_round(pending: Sequence[Hashable], processes: dict[Hashable, int], max_
     return sequences
 
 
+def round_order(pending: Sequence[Hashable], reference: Hashable, round_index: int) -> list[Hashable]:
+    """The order in which round ``round_index`` (0: the first) measures the ``pending`` candidates: the first as
+    given, later ones shuffled with a seed made of the reference, the round and the candidates (their ``str``, so
+    the same on every run and every Python)."""
+    if round_index == 0:
+        return list(pending)
+    order = sorted(pending, key=str)
+    random.Random(f"{reference}|{round_index}|{'|'.join(map(str, order))}").shuffle(order)
+    return order
+
+
 def _never(config: Hashable) -> bool:
     return False
 
@@ -97,7 +116,7 @@ class Race:
         return True
 
     def noise(self) -> Noise:
-        return Noise.pooled(self.runs, self.policy.prior_sd, self.policy.prior_df)
+        return Noise.pooled(self.runs)
 
     def decide(self, candidate: Hashable, reference: Hashable, noise: Optional[Noise] = None) -> Optional[Decision]:
         return decide(self.runs, candidate, reference, noise or self.noise(), self.policy)
@@ -109,8 +128,11 @@ class Race:
         if not any(r.config == reference for r in self.runs[-1:]):
             self._run(reference)  # a failed reference process: the candidates' blocks use the next one
         pending = list(candidates)
+        rounds = 0
         while pending:
             stopped = set()
+            pending = round_order(pending, reference, rounds)
+            rounds += 1
             for c in pending:
                 if not self._run(c):
                     stopped.add(c)  # a failed process ends this candidate's race; what it measured still counts
@@ -138,7 +160,10 @@ class Race:
         self.processes = {c: 0 for c in candidates}
         tried = {c: 0 for c in candidates}  # processes including unusable ones: at most twice max_runs, whatever comes
         pending = list(candidates)
+        rounds = 0
         while pending:
+            pending = round_order(pending, reference, rounds)
+            rounds += 1
             ends = [self._ends_with(lanes.node(j), reference) for j in range(lanes.count)]
             sequences = plan_round(pending, self.processes, self.policy.max_runs, lanes.count, reference, ends)
             stopped = set()

@@ -1,71 +1,95 @@
-"""Noise-aware comparison of throughput measurements.
+"""The one statistics engine: the noise model, its prior, and the interval and verdict of a throughput comparison.
 
-On a shared machine two processes running the same configuration differ by more than the windows inside one
-process do (mindspore-notes.md saw +-10-25%).  So the unit of comparison is the process: each burst contributes the
-mean of its windows' log-throughput, and the variance of a process mean is the within-process window variance over
-the window count plus a between-process variance, estimated from the configurations that were measured in more than
-one process (the baseline, re-measured through the sweep).  The ratio's confidence interval comes from Student's t
-with those degrees of freedom: few re-measurements make wide intervals, which is the honest answer on a noisy
-machine.  A change counts only when its interval excludes 1 *and* its gain reaches ``min_gain``.
+Every comparison perftune makes goes through here: the sweep's sequential races (``sequential.py`` forms blocks in
+time, ``R C R``), the node-blocked comparison of a cluster sweep (``blocked.py`` forms blocks by node) and
+``perftune compare`` (OLD vs NEW, looked at once).  They differ only in how they pair processes; the model is one:
+- The unit is the process: each burst process gives the mean of its windows' log-throughput (two processes of one
+  configuration differ more than the windows inside one do, so the window spread is inside the process noise).
+- The process noise ``sigma`` is one property of the machine, pooled over every configuration measured in more than
+  one process, from successive differences in measurement order (so slow drift does not inflate it) and per node (a
+  fast and a slow node are not noise), shrunk towards a prior (``PRIOR_SD`` with ``PRIOR_DF`` pseudo degrees of
+  freedom): two or three processes never give a ten-times-too-wide interval, and a larger observed spread still
+  widens it.
+- An estimate (a difference of log throughputs and its standard error) becomes a ratio, a Student-t interval at the
+  per-look level (Pocock's constant boundary when a comparison may be looked at after every added process), a
+  p-value, and an outcome: faster, slower, equivalent (inside ``±equivalence``), or open.  Looked at once (compare,
+  a node row), faster or slower count only beyond ``min_gain``; otherwise it is "not significant".
+
+Pure functions over measurements: no processes, no clocks.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterable, Literal, Optional, Sequence
+from functools import cached_property, lru_cache
+from typing import Callable, Hashable, Iterable, Literal, Sequence
 
 import numpy as np
 from scipy import stats as sps
+from scipy.special import stdtr
 
 from perftune.io.records import TrialResult
 
+Outcome = Literal["faster", "slower", "equivalent", "open"]
 Verdict = Literal["faster", "slower", "not significant"]
 
-#: Prior for the between-process standard deviation of log throughput, and its weight in pseudo degrees of
-#: freedom.  Measured here (experiments/benchmarks/precision.py, 10 tiny_gpt processes on a quiet 2-core machine):
-#: 7.7% [5.3%, 14.1%]; 10-20% while other jobs shared the machine.  With 2-3 baseline runs alone the estimate has 1-2
-#: degrees of freedom and a t-interval ten times as wide as the noise; shrinking towards the prior keeps the interval
-#: honest without making every verdict "not significant", and a larger observed spread still pulls it up.
-PRIOR_BETWEEN_SD = 0.07
+#: Prior for the between-process standard deviation of log throughput (measured here with
+#: experiments/benchmarks/precision.py: 7.7% [5.3%, 14.1%] over 10 quiet tiny_gpt processes; 10-20% while other jobs
+#: shared the machine), and its weight in pseudo degrees of freedom.  The one prior of every comparison.
+PRIOR_SD = 0.07
 PRIOR_DF = 4
+
+#: Pocock's two-sided critical z for K equally spaced looks at overall alpha = 0.05 (Pocock 1977; Jennison & Turnbull,
+#: table 2.1).  Look counts between tabled ones use the next larger (conservative); other confidences, or more looks
+#: than tabled, fall back to Bonferroni over the looks.
+POCOCK_Z_95 = {1: 1.960, 2: 2.178, 3: 2.289, 4: 2.361, 5: 2.413, 6: 2.453, 7: 2.485, 8: 2.512, 9: 2.535, 10: 2.555,
+               15: 2.626, 20: 2.672}
+
+
+@lru_cache(maxsize=256)
+def per_look_alpha(confidence: float, looks: int) -> float:
+    """The two-sided alpha of each look so that ``looks`` looks together keep ``1 - confidence``."""
+    looks = max(1, int(looks))
+    if looks == 1:
+        return 1.0 - confidence
+    if abs(confidence - 0.95) < 1e-9:
+        tabled = min((k for k in POCOCK_Z_95 if k >= looks), default=None)
+        if tabled is not None:
+            return float(2.0 * sps.norm.sf(POCOCK_Z_95[tabled]))
+    return (1.0 - confidence) / looks
+
+
+@lru_cache(maxsize=4096)
+def t_quantile(q: float, df: float) -> float:
+    return float(sps.t.ppf(q, df))
 
 
 @dataclass(frozen=True)
-class Measurement:
-    """Per-window throughputs (samples/s) of one configuration, grouped by the process that measured them."""
+class ProcessRun:
+    """One burst process in the order it was measured: which configuration, its windows' throughputs, the machine that
+    ran it (``"local"`` on one machine; a cluster node under ``--executor ray``), whether its windows were measured
+    while other processes used the cores (used all the same), and how many contended processes of its configuration
+    were measured again in its place before it."""
 
-    processes: tuple[tuple[float, ...], ...]
+    config: Hashable
+    windows: tuple[float, ...]
+    node: str = "local"
+    contended: bool = False
+    remeasured: int = 0
 
-    @classmethod
-    def of(cls, windows_by_process: Sequence[Sequence[float]]) -> "Measurement":
-        procs = tuple(tuple(float(v) for v in ws) for ws in windows_by_process if len(ws))
-        if not procs:
-            raise ValueError("a measurement needs at least one window")
-        if any(v <= 0 or not math.isfinite(v) for ws in procs for v in ws):
-            raise ValueError("throughputs must be finite numbers > 0")
-        return cls(procs)
+    @cached_property
+    def log_mean(self) -> float:
+        return math.fsum(math.log(w) for w in self.windows) / len(self.windows)
 
-    def process_means(self) -> np.ndarray:
-        return np.array([np.mean(np.log(ws)) for ws in self.processes])
 
-    def within_var(self) -> tuple[float, int]:
-        """Pooled within-process variance of log window throughput, and its degrees of freedom."""
-        ss, df = 0.0, 0
-        for ws in self.processes:
-            if len(ws) > 1:
-                logs = np.log(ws)
-                ss += float(np.sum((logs - logs.mean()) ** 2))
-                df += len(ws) - 1
-        return (ss / df if df else 0.0), df
-
-    @property
-    def windows_per_process(self) -> float:
-        return float(np.mean([len(ws) for ws in self.processes]))
-
-    @property
-    def median(self) -> float:
-        return float(np.median([v for ws in self.processes for v in ws]))
+def process_runs(config: Hashable, windows_by_process: Iterable[Sequence[float]],
+                 node: str = "local") -> list[ProcessRun]:
+    """``ProcessRun`` records of one configuration from its processes' window throughputs (finite numbers > 0)."""
+    out = [ProcessRun(config, tuple(float(v) for v in ws), node) for ws in windows_by_process if len(ws)]
+    if any(v <= 0 or not math.isfinite(v) for r in out for v in r.windows):
+        raise ValueError("throughputs must be finite numbers > 0")
+    return out
 
 
 def throughput_windows(result: TrialResult) -> list[float]:
@@ -73,71 +97,155 @@ def throughput_windows(result: TrialResult) -> list[float]:
     return [w.samples_per_s for w in result.windows]
 
 
-def measurement_of(results: Iterable[TrialResult],
-                   windows: Callable[[TrialResult], list[float]] = throughput_windows) -> Optional[Measurement]:
-    """One configuration's ``Measurement`` from its trials (one process each); None if none of them measured."""
-    procs = [windows(r) for r in results if r.status == "ok"]
-    procs = [p for p in procs if p]
-    return Measurement.of(procs) if procs else None
+def runs_of(config: Hashable, results: Iterable[TrialResult], node: str = "local",
+            windows: Callable[[TrialResult], list[float]] = throughput_windows) -> list[ProcessRun]:
+    """One configuration's usable processes (status ok, with windows), in the order given."""
+    return process_runs(config, [windows(r) for r in results if r.status == "ok"], node)
+
+
+def centre(runs: Sequence[ProcessRun]) -> float:
+    """The mean of the processes' log throughputs (what a comparison's ratio is a difference of)."""
+    return math.fsum(r.log_mean for r in runs) / len(runs)
 
 
 @dataclass(frozen=True)
 class Noise:
-    """Between-process variance of log throughput, estimated from repeated configurations."""
+    """Pooled between-process variance of log throughput (``var``), its degrees of freedom, and how many of them
+    were observed (the rest are the prior's)."""
 
-    between_var: float
+    var: float
     df: int
+    observed_df: int = 0
+
+    @property
+    def sd(self) -> float:
+        return math.sqrt(self.var)
 
     @classmethod
-    def estimate(cls, measurements: Sequence[Measurement]) -> "Noise":
+    def pooled(cls, runs: Sequence[ProcessRun], prior_sd: float = PRIOR_SD, prior_df: int = PRIOR_DF) -> "Noise":
+        """Successive differences of each configuration's processes on each machine (in measurement order), plus the
+        prior: a fast and a slow node are not noise, they are blocked away by the comparisons."""
+        by_config: dict[Hashable, list[float]] = {}
+        for run in runs:
+            by_config.setdefault((run.config, run.node), []).append(run.log_mean)
         ss, df = 0.0, 0
-        for m in measurements:
-            means = m.process_means()
-            if len(means) > 1:
-                ss += float(np.sum((means - means.mean()) ** 2))
-                df += len(means) - 1
-        var = (PRIOR_DF * PRIOR_BETWEEN_SD**2 + ss) / (PRIOR_DF + df)
-        return cls(var, PRIOR_DF + df)
+        for values in by_config.values():
+            if len(values) > 1:
+                diffs = np.diff(values)
+                ss += float(np.sum(diffs**2)) / 2.0
+                df += len(diffs)
+        return cls((prior_df * prior_sd**2 + ss) / (prior_df + df), prior_df + df, df)
 
 
 @dataclass(frozen=True)
-class Comparison:
-    ratio: float  # candidate / reference throughput (>1: faster)
+class Policy:
+    """How a comparison is judged and how much it may spend: the plan's ``decision`` section."""
+
+    confidence: float = 0.95
+    equivalence: float = 0.03
+    max_runs: int = 4  # processes per candidate, the first included; also the number of looks Pocock plans for
+    min_gain: float = 0.0  # looked at once: a faster or slower change smaller than this is "not significant"
+
+
+#: one look, no equivalence margin: ``perftune compare`` and the node rows
+ONCE = Policy(equivalence=0.0, max_runs=1)
+
+
+def below_min_gain(ratio: float, min_gain: float) -> bool:
+    """A change too small to count, however sure the interval is of it."""
+    return abs(ratio - 1.0) < min_gain
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A comparison as it stands: the candidate/reference throughput ratio, its interval, and the outcome."""
+
+    outcome: Outcome
+    ratio: float  # candidate / reference throughput (> 1: faster)
     ci_low: float
     ci_high: float
-    p_value: float
-    verdict: Verdict
+    p_value: float  # two-sided, for "no difference", scaled for the looks (x alpha / per-look alpha, capped at 1)
+    blocks: int  # candidate processes the comparison used
+    reference_runs: int  # reference processes the comparison used
     df: float
+    level: float  # the per-look confidence of the interval
+    confidence: float  # the overall confidence the looks together keep
+    noise_sd: float
+    equivalence: float
+    looks: int
+    min_gain: float = 0.0
+    contended: int = 0  # processes used although measured under contention
+    remeasured: int = 0  # contended processes of either side measured again instead of being used
 
-    def as_dict(self) -> dict:
-        return {"ratio": self.ratio, "ci_low": self.ci_low, "ci_high": self.ci_high, "p_value": self.p_value,
-                "verdict": self.verdict, "df": self.df}
+    @property
+    def resolution(self) -> float:
+        """The resolution reached: half the interval's width in log terms (about a relative change)."""
+        return (math.log(self.ci_high) - math.log(self.ci_low)) / 2
+
+    @property
+    def verdict(self) -> Verdict:
+        """The answer of a comparison looked at once: faster or slower beyond ``min_gain``, else not significant."""
+        if self.outcome in ("faster", "slower") and not below_min_gain(self.ratio, self.min_gain):
+            return self.outcome  # type: ignore[return-value]
+        return "not significant"
 
 
-def compare(reference: Measurement, candidate: Measurement, noise: Noise, confidence: float = 0.95,
-            min_gain: float = 0.0) -> Comparison:
-    """Throughput of ``candidate`` relative to ``reference`` with a confidence interval and a verdict."""
-    ref_means, cand_means = reference.process_means(), candidate.process_means()
-    w_ref, df_ref = reference.within_var()
-    w_cand, df_cand = candidate.within_var()
-    within = (w_ref * df_ref + w_cand * df_cand) / (df_ref + df_cand) if (df_ref + df_cand) else 0.0
-    var_ref = noise.between_var + within / reference.windows_per_process
-    var_cand = noise.between_var + within / candidate.windows_per_process
-    diff = float(cand_means.mean() - ref_means.mean())
-    se = math.sqrt(var_ref / len(ref_means) + var_cand / len(cand_means))
-    return comparison_of(diff, se, float(noise.df), confidence, min_gain)
-
-
-def comparison_of(diff: float, se: float, df: float, confidence: float, min_gain: float) -> Comparison:
-    """A difference of log throughputs with its standard error as a ratio, Student's t interval and verdict."""
-    t_crit = float(sps.t.ppf(0.5 + confidence / 2, df))
+def estimate(diff: float, se: float, noise: Noise, policy: Policy, looks: int, candidate: Sequence[ProcessRun],
+             reference: Sequence[ProcessRun]) -> Decision:
+    """The one interval and outcome: ``diff`` (log candidate - log reference) with standard error ``se``, under the
+    pooled noise's degrees of freedom, at the per-look level for ``looks`` looks; ``candidate`` and ``reference``:
+    the processes of each side it used."""
+    looks = max(1, looks)
+    alpha = per_look_alpha(policy.confidence, looks)
+    t_crit = t_quantile(1.0 - alpha / 2.0, noise.df)
     low, high = math.exp(diff - t_crit * se), math.exp(diff + t_crit * se)
-    p_value = float(2 * sps.t.sf(abs(diff) / se, df)) if se > 0 else (0.0 if diff else 1.0)
-    ratio = math.exp(diff)
-    if low > 1.0 and ratio - 1.0 >= min_gain:
-        verdict: Verdict = "faster"
-    elif high < 1.0 and 1.0 - ratio >= min_gain:
-        verdict = "slower"
+    p_raw = float(2.0 * stdtr(noise.df, -abs(diff) / se)) if se > 0 else (0.0 if diff else 1.0)
+    p_value = min(1.0, p_raw * (1.0 - policy.confidence) / alpha)
+    margin = math.log1p(policy.equivalence)
+    if low > 1.0:
+        outcome: Outcome = "faster"
+    elif high < 1.0:
+        outcome = "slower"
+    elif policy.equivalence > 0 and math.log(low) >= -margin and math.log(high) <= margin:
+        outcome = "equivalent"
     else:
-        verdict = "not significant"
-    return Comparison(ratio, low, high, p_value, verdict, df)
+        outcome = "open"
+    used = [*candidate, *reference]
+    return Decision(outcome, math.exp(diff), low, high, p_value, len(candidate), len(reference), float(noise.df),
+                    1.0 - alpha, policy.confidence, noise.sd, policy.equivalence, looks, policy.min_gain,
+                    sum(r.contended for r in used), sum(r.remeasured for r in used))
+
+
+def unpaired(reference: Sequence[ProcessRun], candidate: Sequence[ProcessRun], noise: Noise) -> tuple[float, float]:
+    """The difference of the two sides' mean log throughput and its variance (processes independent)."""
+    return centre(candidate) - centre(reference), noise.var * (1.0 / len(reference) + 1.0 / len(candidate))
+
+
+def compare(reference: Sequence[ProcessRun], candidate: Sequence[ProcessRun], noise: Noise,
+            policy: Policy = ONCE) -> Decision:
+    """Candidate vs reference as two independent groups of processes, looked at once (``perftune compare``)."""
+    diff, var = unpaired(reference, candidate, noise)
+    return estimate(diff, math.sqrt(var), noise, policy, 1, candidate, reference)
+
+
+def runs_needed(noise_sd: float, effect: float, confidence: float = 0.95, max_runs: int = 4,
+                df: float = 30.0) -> int:
+    """About how many candidate processes (each between two reference ones) resolve a relative ``effect``."""
+    alpha = per_look_alpha(confidence, max_runs)
+    t = float(sps.t.ppf(1.0 - alpha / 2.0, df))
+    effect = max(abs(effect), 1e-3)
+    return max(1, math.ceil(1.5 * noise_sd**2 * (t / math.log1p(effect)) ** 2))
+
+
+def benjamini_hochberg(p_values: Sequence[float], alpha: float = 0.05) -> list[bool]:
+    """Which hypotheses are discoveries at false discovery rate ``alpha`` (Benjamini-Hochberg step-up)."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    cutoff = 0
+    for rank, i in enumerate(order, start=1):
+        if p_values[i] <= alpha * rank / m:
+            cutoff = rank
+    keep = [False] * m
+    for rank, i in enumerate(order, start=1):
+        keep[i] = rank <= cutoff
+    return keep

@@ -13,44 +13,42 @@ Order of work
    (a change that stops helping once stacked is dropped, and said so) and the accuracy gate still holds;
 4. leave-one-out: the final stack minus each of its changes, to show each change's contribution in context.
 
-A process measured while other processes competed for the cores (``TrialResult.contended_windows``) is measured
-again (``decision.remeasure_contended`` times at most) and does not count as a look.  A runner with lanes (a Ray
-cluster's nodes) measures each round side by side (``lanes.py``); there a contended process is left out and the race
-gives the candidate another.  Every trial's folder is named
-by its id (a hash of all knob values, the burst settings and the replicate index), and the races are deterministic
-given the measurements, so a rerun reuses what finished and runs only what is missing.  ``results.json`` is
-rewritten (atomically) after every trial.
+The processes themselves (measured or reused, booked, recorded, contended ones left out by one rule) are
+``processes.py``'s; this module is the order of the phases and the decisions.  Each phase is one method
+(``baseline``, ``one_at_a_time``, ``stack``, ``leave_one_out``) that ``run`` calls in order, so a new phase (more
+baseline processes, say) is a method and a line there: it measures with ``self.procs.measure_process(key)``
+after ``self.procs.register(changes, kind)`` and appends the usable ``ProcessRun`` it gets to ``self.runs`` (the
+races do that themselves), so the noise and the comparisons count it.  A runner with lanes (a Ray cluster's
+nodes) measures each round side by side (``lanes.py``).  Every trial's folder is named by its id (a hash of all knob
+values, the burst settings and the replicate index), and the races are deterministic given the measurements, so a
+rerun reuses what finished and runs only what is missing.  ``results.json`` is rewritten (atomically) after every
+trial.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Hashable, Optional
+from typing import Any, Hashable, Optional
 
 from perftune import knobs
 from perftune.engine import accuracy as accuracy_gate
 from perftune.engine import lm, noop, order, verdicts
 from perftune.engine.blocked import process_run
-from perftune.engine.progress import SilentProgress, SweepProgress
 from perftune.engine.lanes import ParallelRunner, lanes_of
-from perftune.engine.race import EXCLUDED, LaneOutcome, Race
-from perftune.engine.sequential import Noise, Policy, ProcessRun, benjamini_hochberg, decide
-from perftune.engine.specs import make_spec
-from perftune.errors import UserError
-from perftune.io.files import RESULTS_NAME, TRIALS_DIR, reusable_trial
+from perftune.engine.processes import Processes, TrialRunner
+from perftune.engine.progress import SilentProgress, SweepProgress
+from perftune.engine.race import Race
+from perftune.engine.sequential import decide
+from perftune.engine.stats import Noise, Policy, ProcessRun, benjamini_hochberg
 from perftune.io.outdir import clear_own
 from perftune.io.plan import Plan
-from perftune.io.records import TrialResult, TrialSpec
-from perftune.io.store import write_json_atomic
-from perftune.io.sweep_records import FAILED_VERDICTS, ComparisonRecord, StackStep, SweepResult, SweepTrial
+from perftune.io.sweep_records import FAILED_VERDICTS, ComparisonRecord, StackStep, SweepResult, SweepTrial, Why
+from perftune.report import reasons
 
 FAILED = FAILED_VERDICTS
 label_of = knobs.label_of
-#: runs one trial in ``trial_dir`` and returns its result (``perftune.runner.run_trial``; tests pass scripted ones)
-TrialRunner = Callable[[TrialSpec, Path], TrialResult]
 
 
 def utc_now() -> str:
@@ -58,153 +56,45 @@ def utc_now() -> str:
 
 
 class Sweep:
+    """The phases of one sweep (baseline, singles, stack, leave-one-out) and their decisions."""
+
     def __init__(self, plan: Plan, out_dir: Path, run: TrialRunner, plan_path: Optional[Path] = None,
                  fresh: bool = False, progress: Optional[SweepProgress] = None, command: str = ""):
         self.plan = plan
         self.out = Path(out_dir)
-        self.trials_dir = self.out / TRIALS_DIR
-        self.cache_dir = (self.out / "cache").resolve()
-        self.run_trial = run
         if fresh and self.out.exists():
             clear_own(self.out)  # perftune's own results and trial folders only, never a file it did not write
         self.result = SweepResult(plan=plan, plan_path=str(plan_path) if plan_path else None, command=command,
                                   started_utc=utc_now())
-        self.progress: SweepProgress = progress or SilentProgress()
         d = plan.decision
         self.policy = Policy(confidence=d.confidence, equivalence=d.equivalence, max_runs=d.max_runs)
-        self.runs: list[ProcessRun] = []  # every usable process, in measurement order (config = its key)
-        self.configs: dict[Hashable, tuple[dict[str, Any], str]] = {}  # key -> (changes, kind)
-        self.processes: dict[Hashable, list[SweepTrial]] = {}  # key -> its processes, in order
-        self.contended: dict[Hashable, int] = {}  # key -> its processes measured under contention
-        self.streak = 0  # contended processes in a row, whatever their configuration
+        self.started = time.perf_counter()
+        self.procs = Processes(plan, self.out, run, self.result, progress or SilentProgress(), self.out_of_time)
         self.base: Hashable = ""
         self.best: Hashable = ""
-        self.expected = self.ticks = 0  # progress lines expected so far, and given
-        self.started = time.perf_counter()
         # a runner with lanes (a Ray cluster's nodes) measures each race's rounds side by side (``lanes.py``)
         self.parallel = run if isinstance(run, ParallelRunner) and run.lanes > 1 else None
-        self.lock = threading.RLock()  # the lanes' threads share the records, the progress and results.json
-        self.booked: dict[Hashable, int] = {}  # key -> replicates reserved so far
-        self.unused: dict[Hashable, int] = {}  # key -> contended processes left out of the lanes' comparisons
 
-    # -- running trials -------------------------------------------------------------------------------------
-    def _spec(self, changes: dict[str, Any], replicate: int = 0) -> TrialSpec:
-        return make_spec(self.plan, changes, label_of(changes), replicate, self.cache_dir)
-
-    def measure(self, changes: dict[str, Any], kind: str, replicate: int = 0, lane: Optional[int] = None) -> SweepTrial:
-        """One trial (reused when an earlier run finished it); ``lane``: the runner's lane, from a lane's thread."""
-        spec = self._spec(changes, replicate)
-        trial_dir = self.trials_dir / spec.trial_id
-        if lane is None:  # the lanes' runner says itself what runs where
-            self.progress.start(spec.label + (f" (run {replicate + 1})" if replicate else ""))
-        result = reusable_trial(trial_dir, spec.trial_id)
-        with self.lock:  # reused = finished by an earlier, interrupted run (not one this run already measured)
-            reused = result is not None and all(t.trial_id != spec.trial_id for t in self.result.trials)
-        if result is None:
-            result = self.run_trial(spec, trial_dir) if lane is None else self.run_trial(spec, trial_dir, lane=lane)
-        verdict = result.status if result.status in FAILED else ("baseline" if kind == "baseline" else "measured")
-        trial = SweepTrial(trial_id=spec.trial_id, label=spec.label, kind=kind, changes=changes,
-                           replicate=replicate, verdict=verdict, reason=result.reason or "", reused=reused,
-                           result=result.model_copy(update={"steps": []}))
-        with self.lock:
-            self.result.trials.append(trial)
-            self.save()
-        return trial
+    @property
+    def runs(self) -> list[ProcessRun]:
+        return self.procs.runs
 
     def save(self) -> None:
-        with self.lock:
-            self.result.wall_s = time.perf_counter() - self.started
-            write_json_atomic(self.out / RESULTS_NAME, self.result.model_dump(mode="json"))
+        self.procs.save()
 
     def say(self, line: str) -> None:
-        """One progress line (a process measured, or a verdict); the bar grows past what was expected."""
-        with self.lock:
-            self.ticks += 1
-            if self.ticks > self.expected:
-                self.progress.grow(1)  # an extra round, a re-measure, stacking or leave-one-out
-            self.progress.done(line)
+        self.procs.say(line)
 
     def out_of_time(self) -> bool:
         budget = self.plan.decision.budget_s
         return budget is not None and time.perf_counter() - self.started > budget
 
-    def register(self, changes: dict[str, Any], kind: str) -> Hashable:
-        """A configuration's key (its first process's trial id) for the races."""
-        key = self._spec(changes).trial_id
-        self.configs.setdefault(key, (changes, kind))
-        self.processes.setdefault(key, [])
-        return key
-
-    def measure_process(self, key: Hashable) -> Optional[ProcessRun]:
-        """One more usable process of ``key``; None if it failed.
-
-        A contended process is measured again, at most ``remeasure_contended`` times, and only while contention
-        looks passing: once that many processes in a row were contended, it is the machine's state, measuring again
-        would double the cost for nothing, and the process is used (and counted in its comparison's ``contended``).
-        """
-        retries, limit = 0, self.plan.decision.remeasure_contended
-        while True:
-            trial = self.measure_replicate(key, self.book(key))
-            self.processes[key].append(trial)
-            r = trial.result
-            if trial.verdict in FAILED or not r.windows:
-                self._done(trial)
-                return None
-            self.streak = self.streak + 1 if r.contended_windows else 0
-            self.contended[key] = self.contended.get(key, 0) + bool(r.contended_windows)
-            if r.contended_windows and retries < limit and self.streak <= limit and not self.out_of_time():
-                trial.excluded = (f"{r.contended_windows} of {len(r.windows)} timed windows contended (other "
-                                  "processes used the cores): measured again")
-                retries += 1
-                self._done(trial)
-                continue
-            self._done(trial)
-            return process_run(key, r)
-
-    def book(self, key: Hashable) -> int:
-        """The next replicate of ``key``, reserved (a lane's process gets its number before the round starts)."""
-        with self.lock:
-            replicate = self.booked.get(key, 0)  # every process of ``key`` is booked first
-            self.booked[key] = replicate + 1
-            return replicate
-
-    def measure_replicate(self, key: Hashable, replicate: int, lane: Optional[int] = None) -> SweepTrial:
-        """Process ``replicate`` of ``key``: the first carries the configuration's kind, later ones are repeats."""
-        changes, kind = self.configs[key]
-        return self.measure(changes, kind if replicate == 0 or kind == "baseline" else "repeat", replicate, lane)
-
-    def measure_booked(self, key: Hashable, replicate: int, lane: int) -> SweepTrial:
-        """A lane's process (in the lane's thread): measured once; ``settle`` decides whether its timing is used."""
-        trial = self.measure_replicate(key, replicate, lane)
-        with self.lock:
-            self.processes[key].append(trial)
-            self.processes[key].sort(key=lambda t: t.replicate)
-            self._done(trial)
-        return trial
-
-    def settle(self, key: Hashable, trial: SweepTrial) -> LaneOutcome:
-        """A lane's finished process, in lane order: failed (None), usable, or left out while contention looks passing
-        (``EXCLUDED``: not a look; the race gives an open candidate another process), at most ``remeasure_contended``
-        processes of a configuration in the sweep."""
-        r = trial.result
-        if trial.verdict in FAILED or not r.windows:
-            return None
-        self.contended[key] = self.contended.get(key, 0) + bool(r.contended_windows)
-        if r.contended_windows and self.unused.get(key, 0) < self.plan.decision.remeasure_contended \
-                and not self.out_of_time():
-            self.unused[key] = self.unused.get(key, 0) + 1
-            trial.excluded = (f"{r.contended_windows} of {len(r.windows)} timed windows contended (other processes "
-                              "used the node's cores): not used")
-            self.save()
-            return EXCLUDED
-        return process_run(key, r)
-
     def first(self, key: Hashable) -> SweepTrial:
-        return self.processes[key][0]
+        return self.procs.first(key)
 
     @property
     def baseline_runs(self) -> list[SweepTrial]:
-        return self.processes.get(self.base, [])
+        return self.procs.of.get(self.base, [])
 
     # -- decisions ---------------------------------------------------------------------------------------------
     def gate(self, trial: SweepTrial) -> Optional[accuracy_gate.GateResult]:
@@ -219,13 +109,12 @@ class Sweep:
 
     def race(self, candidates: list[Hashable], reference: Hashable) -> dict[Hashable, Optional[ComparisonRecord]]:
         """Race ``candidates`` against ``reference``; their comparisons as records."""
-        race = Race(self.measure_process, self.runs, self.policy, self.out_of_time, self.settled,
-                    lanes=lanes_of(self, self.parallel) if self.parallel is not None else None)
+        race = Race(self.procs.measure_process, self.runs, self.policy, self.out_of_time, self.settled,
+                    lanes=lanes_of(self.procs, self.parallel) if self.parallel is not None else None)
         decisions = race.run(candidates, reference)
-        label = label_of(self.configs[reference][0])
+        label = label_of(self.procs.configs[reference][0])
         self.record_noise()
-        return {c: verdicts.record(d, label, contended=self.contended.get(c, 0) + self.contended.get(reference, 0))
-                if d else None for c, d in decisions.items()}
+        return {c: verdicts.record(d, label) if d else None for c, d in decisions.items()}
 
     def informational(self, candidate: Hashable, reference: Hashable, label: str) -> Optional[ComparisonRecord]:
         """A comparison looked at once (not raced): e.g. a stack row against the baseline."""
@@ -234,23 +123,27 @@ class Sweep:
 
     def record_noise(self) -> Noise:
         """The sweep's pooled process noise so far, recorded in results.json."""
-        noise = Noise.pooled(self.runs, self.policy.prior_sd, self.policy.prior_df)
+        noise = Noise.pooled(self.runs)
         self.result.noise_sd, self.result.noise_df, self.result.noise_observed_df = \
             noise.sd, noise.df, noise.observed_df
         return noise
 
-    def judge(self, trial: SweepTrial, comparison: Optional[ComparisonRecord], discovered: bool = True,
-              family: str = "the sweep") -> None:
+    def judge(self, trial: SweepTrial, which: str, discovered: bool = True, family: str = "the sweep") -> None:
+        """``trial``'s verdict from its comparison ``which`` (``vs_baseline`` or ``vs_previous``), and why."""
         gate = self.gate(trial)
         if gate is not None:
             trial.accuracy_changes = gate.changes
-        trial.verdict, trial.reason = verdicts.verdict(
-            comparison, noop.no_effect_reasons(trial.changes, trial.result), gate,
-            min_gain=self.plan.decision.min_gain, discovered=discovered, family=family)
+        trial.verdict, why = verdicts.verdict(
+            getattr(trial, which), noop.no_effect_reasons(trial.changes, trial.result), gate,
+            min_gain=self.plan.decision.min_gain, discovered=discovered, family=family, which=which)
         if gate is not None and gate.ok and gate.unjudged and trial.verdict not in FAILED:
-            # passed, but not because it was judged: say so
-            trial.reason += (f"; not judged at this burst length: {', '.join(gate.unjudged)} (the baseline cannot "
-                             "tell; raise accuracy.samples)")
+            why.unjudged = list(gate.unjudged)  # passed, but not because it was judged: say so
+        self.explain(trial, why)
+
+    def explain(self, trial: SweepTrial, why: Why) -> None:
+        """``why`` recorded, and its words (the one renderer's) as the trial's ``reason``."""
+        trial.why = why
+        trial.reason = reasons.reason_text(trial)
         self.save()
 
     # -- the phases ---------------------------------------------------------------------------------------------
@@ -264,34 +157,40 @@ class Sweep:
 
     def run(self) -> SweepResult:
         singles = self.singles()
-        self.expected = 1 + 3 * len(singles)  # R C1 R C2 R ... and a verdict line each, before any extra round
-        self.progress.begin(self.expected)
+        self.procs.expected = 1 + 3 * len(singles)  # R C1 R C2 R ... and a verdict line each, before any extra round
+        self.procs.progress.begin(self.procs.expected)
         try:
-            self._run(singles)
+            if self.baseline(len(singles)):
+                self.stack(self.one_at_a_time(singles))
+                self.leave_one_out()
             self.result.status = "complete"
         except KeyboardInterrupt:
             self.result.status = "interrupted"
             raise
         finally:
             self.result.finished_utc = utc_now()
-            self.progress.end()
+            self.procs.progress.end()
             self.save()
         return self.result
 
-    def _run(self, singles: list[dict[str, Any]]) -> None:
-        self.base = self.register({}, "baseline")
-        run = self.measure_process(self.base)
+    def baseline(self, candidates: int) -> bool:
+        """The baseline's first process (and more where too few candidates interleave it); False if it failed."""
+        self.base = self.procs.register({}, "baseline")
+        run = self.procs.measure_process(self.base)
         if run is None:
             last = self.baseline_runs[-1]
-            last.reason = f"the baseline itself failed: {last.result.reason}"
-            self.save()
-            return
+            self.explain(last, Why(failure=last.result.reason or last.verdict, stopped_sweep=True))
+            return False
         self.runs.append(run)
         self.result.environment = self.baseline_runs[0].result.environment
-        for _ in range(self.plan.decision.baseline_runs - 1 - len(singles)):  # too few candidates to interleave
-            run = self.measure_process(self.base)
-            self.runs += [run] if run else []
-        keys = [self.register(changes, "single") for changes in self.order_singles(singles)]
+        for _ in range(self.plan.decision.baseline_runs - 1 - candidates):  # too few candidates to interleave
+            run = self.procs.measure_process(self.base)
+            self.runs.extend([run] if run else [])
+        return True
+
+    def one_at_a_time(self, singles: list[dict[str, Any]]) -> list[SweepTrial]:
+        """Every value of every variable raced against the baseline, with its verdict; their first processes."""
+        keys = [self.procs.register(changes, "single") for changes in self.order_singles(singles)]
         comparisons = self.race(keys, self.base)
         self.aa_check()
         measured = [k for k in keys if comparisons[k] is not None]
@@ -307,10 +206,9 @@ class Sweep:
             if trial.verdict in FAILED:
                 continue
             trial.vs_baseline = comparisons[key]
-            self.judge(trial, comparisons[key], discovered.get(key, False), family)
+            self.judge(trial, "vs_baseline", discovered.get(key, False), family)
             self.say(f"  {trial.label}: {trial.verdict}: {trial.reason}{lm.verdict_suffix(trial.result)}")
-        self.stack([self.first(k) for k in keys])
-        self.leave_one_out()
+        return [self.first(k) for k in keys]
 
     def aa_check(self) -> None:
         """The baseline's last usable process against its first: how far the machine drifted over the singles."""
@@ -320,15 +218,6 @@ class Sweep:
             pair = [ProcessRun("first", base_runs[0].windows), ProcessRun("last", base_runs[-1].windows)]
             d = decide(pair, "last", "first", self.record_noise(), self.policy, looks=1)
             self.result.aa_check = verdicts.record(d, "baseline (run 1)", final=False) if d else None
-
-    def _done(self, trial: SweepTrial) -> None:
-        r = trial.result
-        what = lm.progress_text(r) if r.status == "ok" and r.samples_per_s else \
-            f"{trial.verdict}: {trial.reason}"
-        run = f" (run {trial.replicate + 1})" if trial.replicate else ""
-        extra = (f" ({trial.excluded})" if trial.excluded else "") + (" (reused)" if trial.reused else "")
-        extra += f" [on {r.node.host}]" if r.node is not None else ""
-        self.say(f"  {trial.label}{run}: {what}{extra}")
 
     def stack(self, single_trials: list[SweepTrial]) -> None:
         ordered = order.stack_candidates(single_trials, self.plan.decision.retry_on_stack)
@@ -340,20 +229,20 @@ class Sweep:
             if not current_changes:
                 if single.verdict != "kept":
                     continue  # on top of the baseline alone, its one-at-a-time verdict already answers
-                trial, key = single, self.register(single.changes, "single")
+                trial, key = single, self.procs.register(single.changes, "single")
             else:
-                key = self.register(changes, "stack")
+                key = self.procs.register(changes, "stack")
                 comparison = self.race([key], current)[key]
                 trial = self.first(key)
                 if trial.verdict not in FAILED:
                     trial.vs_previous = comparison
                     trial.vs_baseline = self.informational(key, self.base, "baseline")
-                    self.judge(trial, comparison)
+                    self.judge(trial, "vs_previous")
             kept = trial.verdict == "kept"
-            reason = trial.reason if kept else f"{trial.verdict}: {trial.reason}"
             if not kept and trial.verdict not in FAILED and trial.kind == "stack":
-                trial.verdict = "dropped"
-                trial.reason = reason
+                before, trial.verdict = trial.verdict, "dropped"
+                self.explain(trial, (trial.why or Why()).model_copy(update={"before": before}))
+            reason = reasons.stack_reason(kept, trial)
             self.result.stack.append(StackStep(label=label_of(changes), change=dict(single.changes),
                                                trial_id=trial.trial_id, kept=kept, reason=reason))
             self.say(f"  stack {label_of(changes)}: {'kept' if kept else reason}{lm.verdict_suffix(trial.result)}")
@@ -378,8 +267,8 @@ class Sweep:
             final_changes.update(s.change or {})
         for s in kept_steps:
             without = {k: v for k, v in final_changes.items() if k not in (s.change or {})}
-            key = self.register(without, "leave_one_out")
-            trial = self.measure(without, "leave_one_out")  # an earlier stack row's process is reused
+            key = self.procs.register(without, "leave_one_out")
+            trial = self.procs.measure(without, "leave_one_out")  # an earlier stack row's process is reused
             if trial.verdict not in FAILED:
                 if not any(r.config == key for r in self.runs):
                     self.runs.append(process_run(key, trial.result))
@@ -387,9 +276,8 @@ class Sweep:
                 trial.vs_previous = self.informational(self.best, key, f"final without {label_of(s.change or {})}")
                 trial.vs_baseline = self.informational(key, self.base, "baseline")
                 trial.verdict = "measured"
-                c = trial.vs_previous
-                trial.reason = (f"removing {label_of(s.change or {})} from the final stack: final is "
-                                f"x{c.ratio:.2f} [{c.ci_low:.2f}, {c.ci_high:.2f}] of this" if c else "")
+                if trial.vs_previous is not None:
+                    self.explain(trial, Why(comparison="vs_previous", removed=label_of(s.change or {})))
             self.say(f"  {trial.label}: {trial.reason or trial.verdict}{lm.verdict_suffix(trial.result)}")
             self.save()
 

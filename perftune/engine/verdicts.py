@@ -14,50 +14,56 @@ from __future__ import annotations
 from typing import Optional
 
 from perftune.engine.accuracy import GateResult
-from perftune.engine.sequential import Decision, describe
-from perftune.io.sweep_records import ComparisonRecord
+from perftune.engine.stats import Decision, below_min_gain, runs_needed
+from perftune.io.sweep_records import ComparisonRecord, Why
+from perftune.report.reasons import comparison_text
 
 #: verdicts that the accuracy gate overrides (a faster change that breaks accuracy is handled where it is kept)
 GATE_OVERRIDES = ("not significant", "slower", "no effect", "equivalent", "undecided")
 
 
-def record(d: Decision, reference: str, *, final: bool = True, contended: int = 0) -> ComparisonRecord:
+def record(d: Decision, reference: str, *, final: bool = True) -> ComparisonRecord:
     """``d`` as stored in results.json.  ``final``: an open comparison is out of budget (``undecided``); otherwise
     (informational comparisons, looked at once) it is ``not significant``."""
-    verdict = {"faster": "faster", "slower": "slower", "equivalent": "equivalent"}.get(
-        d.outcome, "undecided" if final else "not significant")
-    reason = describe(d, reference) if final or d.outcome != "open" else \
-        f"x{d.ratio:.3f} [{d.ci_low:.3f}, {d.ci_high:.3f}] vs {reference}: the interval includes 1"
-    return ComparisonRecord(reference=reference, ratio=d.ratio, ci_low=d.ci_low, ci_high=d.ci_high,
-                            p_value=d.p_value, verdict=verdict, df=d.df, processes=d.blocks,
-                            reference_processes=d.reference_runs, noise_sd=d.noise_sd, resolution=d.resolution,
-                            contended=contended, reason=reason)
+    if final:
+        verdict = d.outcome if d.outcome != "open" else "undecided"
+    else:  # looked at once: faster or slower only beyond the policy's min_gain
+        verdict = "equivalent" if d.outcome == "equivalent" else d.verdict
+    seen = abs(d.ratio - 1.0)
+    target = seen if seen > d.equivalence else d.equivalence  # the change measured, or the margin for "equivalent"
+    c = ComparisonRecord(reference=reference, ratio=d.ratio, ci_low=d.ci_low, ci_high=d.ci_high,
+                         p_value=d.p_value, verdict=verdict, df=d.df, processes=d.blocks,
+                         reference_processes=d.reference_runs, noise_sd=d.noise_sd, resolution=d.resolution,
+                         contended=d.contended + d.remeasured, remeasured=d.remeasured, equivalence=d.equivalence,
+                         runs_needed=runs_needed(d.noise_sd, target, d.confidence, d.looks, d.df)
+                         if verdict == "undecided" else None)
+    c.reason = comparison_text(c)
+    return c
 
 
-def speed_verdict(c: ComparisonRecord, min_gain: float, discovered: bool, family: str) -> tuple[str, str]:
-    """The verdict the timing alone gives, and its reason (``family`` names the multiplicity rule, for the reason)."""
-    gain = c.ratio - 1.0
+def speed_verdict(c: ComparisonRecord, min_gain: float, discovered: bool, family: str,
+                  which: str = "vs_baseline") -> tuple[str, Why]:
+    """The verdict the timing alone gives, and why (``family`` names the multiplicity rule; ``which``: the trial's
+    field holding ``c``)."""
     if c.verdict in ("faster", "slower"):
-        if abs(gain) < min_gain:
-            return "not significant", f"{c.reason}, but the change {gain:+.1%} is below min_gain {min_gain:.0%}"
+        if below_min_gain(c.ratio, min_gain):
+            return "not significant", Why(comparison=which, below_min_gain=min_gain)
         if not discovered:
-            return "not significant", f"{c.reason}, but not a discovery across {family}"
-        return ("kept" if c.verdict == "faster" else "slower"), c.reason
-    return c.verdict, c.reason  # equivalent / undecided / not significant
+            return "not significant", Why(comparison=which, not_discovered=family)
+        return ("kept" if c.verdict == "faster" else "slower"), Why(comparison=which)
+    return c.verdict, Why(comparison=which)  # equivalent / undecided / not significant
 
 
 def verdict(c: Optional[ComparisonRecord], no_effect: list[str], gate: Optional[GateResult], *, min_gain: float,
-            discovered: bool = True, family: str = "the sweep") -> tuple[str, str]:
-    """(verdict, reason) of a measured trial; see the module docstring for the order."""
+            discovered: bool = True, family: str = "the sweep", which: str = "vs_baseline") -> tuple[str, Why]:
+    """(verdict, why) of a measured trial; see the module docstring for the order."""
     if c is None:
-        return "failed", "no throughput to compare"
+        return "failed", Why(failure="no throughput to compare")
     if no_effect:  # before the timing: a known no-op that timed faster is noise, never a win
-        name, why = "no effect", no_effect[0]
+        name, why = "no effect", Why(no_effect=no_effect[0])
     else:
-        name, why = speed_verdict(c, min_gain, discovered, family)
-        if name == "kept" and gate is not None and not gate.ok:
-            return "accuracy rejected", f"faster (x{c.ratio:.2f}) but {gate.reason}"
-    if gate is not None and not gate.ok and name in GATE_OVERRIDES:
+        name, why = speed_verdict(c, min_gain, discovered, family, which)
+    if gate is not None and not gate.ok and (name == "kept" or name in GATE_OVERRIDES):
         # an accuracy failure is never hidden behind a speed verdict: it is the verdict, the speed is the reason
-        return "accuracy rejected", f"{gate.reason}; speed: {name} ({why})"
+        return "accuracy rejected", why.model_copy(update={"accuracy": gate.reason, "speed": name})
     return name, why

@@ -59,7 +59,8 @@ class AccuracyGate(PlanRecord):
 
 
 class DecisionRule(PlanRecord):
-    """How comparisons are decided (``perftune.engine.sequential``) and how much they may spend."""
+    """How comparisons are decided (``perftune.engine.stats``; the sweep's races: ``perftune.engine.sequential``)
+    and how much they may spend."""
 
     min_gain: float = Field(0.03, ge=0, le=10)
     confidence: float = Field(0.95, gt=0.5, lt=1)

@@ -19,7 +19,7 @@ from perftune.io.plan import BurstSettings, DistributedSettings, ScriptWorkload
 #: and refuses newer ones.  Version 2: ``notes`` are ``Note`` records instead of strings.  Version 3: a trial may
 #: record the cluster ``node`` that ran it (``NodeRecord``), a sweep its ``nodes`` (both absent when run locally).
 TRIAL_SCHEMA_VERSION = 3
-RESULTS_SCHEMA_VERSION = 3
+RESULTS_SCHEMA_VERSION = 4
 
 TrialStatus = Literal["ok", "failed", "timeout", "oom", "unsupported"]
 PHASES = ("data", "forward", "backward", "optimizer", "communication", "other")
@@ -262,8 +262,8 @@ class RankSummary(Record):
 class NodeRecord(Record):
     """The cluster node that ran a trial (``perftune sweep --executor ray``); a local trial has none.
 
-    The sweep compares a trial with the baseline of its own node (``perftune.engine.blocked``), so a slow machine
-    does not look like a slow knob.
+    The sweep compares a trial with the baseline processes of its own node (``perftune.engine.sequential.blocks``;
+    per-node ratios in ``perftune.engine.blocked``), so a slow machine does not look like a slow knob.
     """
 
     executor: Literal["ray"] = "ray"

@@ -66,9 +66,49 @@ def results_upgrade_to_3(data: dict) -> dict:
     return data
 
 
+#: a throughput ratio with its interval as reasons before results schema 4 wrote it: ``x0.574 [0.441, 0.731]``
+_RATIO_CI = re.compile(r"x(\d+\.\d+) \[(\d+\.\d+), (\d+\.\d+)\]")
+_RATIO_FIELDS = ("ratio", "ci_low", "ci_high")
+
+
+def lift_ratios(text: str, comparisons: list[dict]) -> list[dict]:
+    """A version-3 reason as ``RatioPart`` records: its text, and its ratios lifted out as numbers, at the full
+    precision of the comparison they were written from where one of ``comparisons`` matches the written digits."""
+    parts, pos = [], 0
+    for m in _RATIO_CI.finditer(text):
+        if m.start() > pos:
+            parts.append({"text": text[pos:m.start()]})
+        digits = len(m.group(1).split(".")[1])
+        numbers = dict(zip(_RATIO_FIELDS, (float(v) for v in m.groups())))
+        for c in comparisons:
+            if all(isinstance(c.get(k), (int, float)) and f"{c[k]:.{digits}f}" == written
+                   for k, written in zip(_RATIO_FIELDS, m.groups())):
+                numbers = {k: float(c[k]) for k in _RATIO_FIELDS}
+                break
+        parts.append(numbers)
+        pos = m.end()
+    if pos < len(text):
+        parts.append({"text": text[pos:]})
+    return parts
+
+
+def results_upgrade_to_4(data: dict) -> dict:
+    """Version 3 -> 4: reasons are data (``SweepTrial.why``).  A version-3 reason holding ratios keeps its words,
+    its ratios lifted out once here (``lift_ratios``) so every output renders them in the one convention; the
+    comparisons' ``remeasured`` stays unknown (their ``contended`` counted every contended process of either
+    configuration in the sweep)."""
+    for trial in data.get("trials") or []:
+        if isinstance(trial, dict) and isinstance(trial.get("reason"), str) and _RATIO_CI.search(trial["reason"]):
+            comparisons = [trial[k] for k in ("vs_baseline", "vs_previous") if isinstance(trial.get(k), dict)]
+            trial["why"] = {"legacy": lift_ratios(trial["reason"], comparisons)}
+    data["schema_version"] = 4
+    return data
+
+
 #: version N -> the step that turns a file of version N - 1 into version N
 TRIAL_UPGRADES: dict[int, Callable[[dict], dict]] = {2: trial_upgrade_to_2, 3: trial_upgrade_to_3}
-RESULTS_UPGRADES: dict[int, Callable[[dict], dict]] = {2: results_upgrade_to_2, 3: results_upgrade_to_3}
+RESULTS_UPGRADES: dict[int, Callable[[dict], dict]] = {2: results_upgrade_to_2, 3: results_upgrade_to_3,
+                                                      4: results_upgrade_to_4}
 
 
 def _upgrade(data: dict, path: Path, what: str, current: int, steps: dict[int, Callable[[dict], dict]]) -> dict:

@@ -22,7 +22,7 @@ FAILED_VERDICTS = ("failed", "timeout", "oom", "unsupported")
 
 
 class ComparisonRecord(Record):
-    """Throughput of a trial relative to a reference, with its interval (``perftune.engine.sequential``)."""
+    """Throughput of a trial relative to a reference, with its interval (``perftune.engine.stats``)."""
 
     reference: str  # trial label it was compared with, e.g. "baseline" or "+mode=graph"
     ratio: float
@@ -35,9 +35,44 @@ class ComparisonRecord(Record):
     reference_processes: Optional[int] = None
     noise_sd: Optional[float] = None  # the sweep's pooled process noise (sd of log throughput) at the decision
     resolution: Optional[float] = None  # half the interval's width (relative): the smallest change it can tell
-    contended: int = 0  # processes of either side measured while other processes competed for the cores (measured
-    #                     again, or used where contention persisted)
-    reason: str = ""  # the decision in words
+    #: contended processes (other processes competed for the cores) of this comparison: measured again in place of
+    #: one it used, or used where contention persisted; before results schema 4 (``remeasured`` None) every
+    #: contended process of either configuration in the sweep
+    contended: int = 0
+    remeasured: Optional[int] = None  # of ``contended``, those measured again (the rest were used)
+    equivalence: Optional[float] = None  # the margin inside which the comparison calls the two equivalent
+    runs_needed: Optional[int] = None  # undecided: about how many candidate processes would resolve it
+    reason: str = ""  # the decision in words (``perftune.report.reasons.comparison_text`` of the fields above)
+
+
+class RatioPart(Record):
+    """A piece of a reason written before results schema 4: text, or a throughput ratio with its interval (the
+    upgrade in ``perftune.io.schema`` lifts the ratios out of the old prose once, so nothing parses it again)."""
+
+    text: str = ""
+    ratio: Optional[float] = None
+    ci_low: Optional[float] = None
+    ci_high: Optional[float] = None
+
+
+class Why(Record):
+    """A trial's verdict reason as data; ``perftune.report.reasons`` words it, the one renderer of every output.
+
+    The numbers (ratio, interval, processes, noise, contention) are the comparison's that decided (``comparison``
+    names it); the rest is what outranked or qualified the timing."""
+
+    comparison: Optional[Literal["vs_baseline", "vs_previous"]] = None  # the comparison whose timing decided
+    below_min_gain: Optional[float] = None  # significant, but the change is below this ``decision.min_gain``
+    not_discovered: str = ""  # significant, but not a discovery across this family of comparisons
+    no_effect: str = ""  # a known no-op, in the burst's words (``perftune.engine.noop``)
+    accuracy: str = ""  # the accuracy gate's failure, in its words; the verdict whatever the speed
+    speed: str = ""  # with ``accuracy``: the verdict the timing alone gave
+    unjudged: list[str] = Field(default_factory=list)  # metrics the gate could not judge at this burst length
+    before: str = ""  # a stack row's verdict before the stack dropped it
+    failure: str = ""  # the process failed: why
+    stopped_sweep: bool = False  # ... and it was the baseline, so nothing else ran
+    removed: Optional[str] = None  # leave-one-out: the change taken out of the final stack (its label)
+    legacy: list[RatioPart] = Field(default_factory=list)  # a reason written before schema 4, ratios lifted out
 
 
 class SweepTrial(Record):
@@ -49,7 +84,8 @@ class SweepTrial(Record):
     changes: dict[str, Any] = Field(default_factory=dict)  # knobs that differ from the baseline
     replicate: int = 0
     verdict: Verdict
-    reason: str = ""
+    reason: str = ""  # ``why`` in words, as every output renders it (``perftune.report.reasons.reason_text``)
+    why: Optional[Why] = None  # the reason as data (None: nothing decided, or a bare failure in ``reason``)
     vs_baseline: Optional[ComparisonRecord] = None
     vs_previous: Optional[ComparisonRecord] = None  # stacks: against the stack before it; LOO: final vs this
     accuracy_changes: dict[str, Optional[float]] = Field(default_factory=dict)  # metric -> relative change
@@ -69,13 +105,16 @@ class StackStep(Record):
 
 
 class NodeComparison(Record):
-    """A configuration (all its runs) against the baseline runs of the same nodes (``perftune.engine.blocked``)."""
+    """A configuration on the nodes that ran it (``perftune.engine.blocked``): its ratio to the baseline within each
+    node, beside the sweep's own comparison with the baseline (before results schema 4: a second comparison of all
+    its runs against the baseline runs of the same nodes)."""
 
     trial_id: str  # its first run
     label: str
     node: str  # the node ids (or hosts) that ran it, comma-separated
-    comparison: Optional[ComparisonRecord] = None  # None: its node measured no baseline
+    comparison: Optional[ComparisonRecord] = None  # the sweep's own (its first run's ``vs_baseline``)
     note: str = ""
+    per_node_ratio: dict[str, float] = Field(default_factory=dict)  # node -> its throughput / the node's baseline
 
 
 class NodeSummary(Record):

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import re
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 import pandas as pd
 
@@ -82,23 +81,3 @@ def count_word(kind: str, verdict: str) -> str:
     candidate's repeat process, a leave-one-out row), so that "15 measured" does not read as 15 configurations."""
     return PROCESS_WORDS.get(kind, verdict) if verdict == "measured" else verdict
 
-
-_RATIO_CI = re.compile(r"x(\d+\.\d+) \[(\d+\.\d+), (\d+\.\d+)\]")
-
-
-def reason_text(reason: str, comparisons: Iterable[Any] = ()) -> str:
-    """A verdict reason with its throughput ratios (``x0.57 [0.44, 0.73]``, as the sweep writes them) in the
-    convention of :func:`speed_text` (``x1.77 slower [1.36, 2.29]``).  Where one of ``comparisons`` (records with
-    ``ratio``, ``ci_low``, ``ci_high``) rounds to the written numbers its full precision is used, so the reason and
-    the table's ratio column agree to the last digit."""
-    known = [c for c in comparisons if c is not None]
-
-    def words(m: re.Match) -> str:
-        r, lo, hi = (float(v) for v in m.groups())
-        for c in known:
-            if (f"{c.ratio:.2f}", f"{c.ci_low:.2f}", f"{c.ci_high:.2f}") == m.groups():
-                r, lo, hi = c.ratio, c.ci_low, c.ci_high
-                break
-        return speed_text(r, lo, hi)
-
-    return _RATIO_CI.sub(words, reason or "")

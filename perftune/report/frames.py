@@ -11,6 +11,7 @@ from perftune.engine import lm
 from perftune.io.files import read_sweep
 from perftune.io.records import PHASES
 from perftune.io.sweep_records import SweepResult
+from perftune.report.reasons import reason_text
 from perftune.report.tables import ablation_table
 
 
@@ -35,7 +36,7 @@ def load_results(path: str | Path) -> Results:
         acc = r.accuracy
         rows.append({
             "trial_id": t.trial_id, "label": t.label, "kind": t.kind, "replicate": t.replicate,
-            "verdict": t.verdict, "reason": t.reason, "status": r.status,
+            "verdict": t.verdict, "reason": reason_text(t), "status": r.status,
             "node": r.node.host if r.node else None, "node_id": r.node.node_id if r.node else None,
             **{f"knob.{k}": v for k, v in r.knobs.items()},
             "samples_per_s": r.samples_per_s, "tokens_per_s": r.tokens_per_s, "step_ms_mean": r.step_ms_mean,

@@ -8,9 +8,9 @@ from perftune.engine import lm
 from perftune.io.files import RESULTS_NAME
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult
-from perftune.report.format import (count_word, mb, reason_text, speed_text, time_ratio_text, validation_figures,
-                                    verdict_counts)
+from perftune.report.format import count_word, mb, speed_text, time_ratio_text, validation_figures, verdict_counts
 from perftune.report.language import gate_cannot_judge
+from perftune.report.reasons import comparison_text, decision_line
 from perftune.report.split_notes import split_notes
 from perftune.report.format import num as format_num
 
@@ -97,15 +97,7 @@ def noise_line(result: SweepResult) -> str:
 def comparison_lines(result: SweepResult) -> list[str]:
     """Per comparison (singles against the baseline, stack rows against the stack before): the processes it used,
     its verdict with the reason (interval, runs, what would resolve it) and its contamination flags."""
-    lines = []
-    for t in result.trials:
-        c = t.vs_previous if t.kind == "stack" else t.vs_baseline
-        if t.kind not in ("single", "stack") or c is None or c.processes is None:
-            continue
-        contended = f", {c.contended} measured under contention" if c.contended else ""
-        lines.append(f"{t.label}: {t.verdict} ({c.processes} + {c.reference_processes} processes vs {c.reference}"
-                     f"{contended}): {reason_text(t.reason, (t.vs_baseline, t.vs_previous))}")
-    return lines
+    return [line for line in map(decision_line, result.trials) if line is not None]
 
 
 def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) -> str:
@@ -160,7 +152,7 @@ def node_lines(result: SweepResult) -> list[str]:
         lines.append(f"node {nodes.hosts.get(node, node)} ({node[:8]}): {n} trial(s)"
                      + (f", baseline x{effect:.3f} of the nodes' mean" if effect is not None else ""))
     for row in nodes.blocked:
-        c = row.comparison
-        lines.append(f"  {row.label} vs the baseline of its node: "
-                     + (f"x{c.ratio:.2f} [{c.ci_low:.2f}, {c.ci_high:.2f}] {c.verdict}" if c else row.note))
+        per_node = ", ".join(f"{speed_text(r)} on {nodes.hosts.get(n, n)}" for n, r in row.per_node_ratio.items())
+        lines.append(f"  {row.label} vs the baseline of its node: " + (per_node or row.note)
+                     + (f" (the sweep: {comparison_text(row.comparison)})" if row.comparison else ""))
     return lines

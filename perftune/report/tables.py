@@ -15,7 +15,8 @@ from perftune.engine import lm
 from perftune.io.records import PHASES
 from perftune.io.store import write_text_atomic
 from perftune.io.sweep_records import SweepResult, SweepTrial
-from perftune.report.format import num, reason_text, speed_text, step_text, validation_figures
+from perftune.report.format import num, speed_text, step_text, validation_figures
+from perftune.report.reasons import reason_text, stack_reason
 from perftune.report.summary import comparison_lines, noise_line
 
 
@@ -53,7 +54,7 @@ def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
         row["perplexity"] = lm.perplexity(r)
     row["repetition_rate"] = lm.repetition(r)
     row["script_validation"] = validation_text(acc)
-    row["reason"] = reason_text(trial.reason, (trial.vs_baseline, trial.vs_previous))
+    row["reason"] = reason_text(trial)
     row["trial_id"] = trial.trial_id
     return row
 
@@ -83,7 +84,7 @@ def ablation_table(result: SweepResult) -> pd.DataFrame:
         if step.label != "baseline":
             row["verdict"] = "kept" if step.kept else "dropped"
             t = trials.get(step.trial_id)
-            row["reason"] = reason_text(step.reason, (t.vs_baseline, t.vs_previous) if t else ())
+            row["reason"] = stack_reason(step.kept, t, step.reason)
         rows.append(row)
     return pd.DataFrame(rows)
 
