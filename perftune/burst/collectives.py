@@ -17,7 +17,8 @@ import numpy as np
 
 from perftune import knobs as knob_registry
 from perftune.io.files import NODE_RANK_ENV, rank_log_name
-from perftune.io.records import Note, RankSummary, TrialResult, rank_summary
+from perftune.io.records import Note, RankSummary, TrialResult
+from perftune.io.derived import rank_summary
 
 
 @dataclass

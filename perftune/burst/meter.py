@@ -43,7 +43,8 @@ from perftune.burst.results import (
     training_accuracy,
     window_stats,
 )
-from perftune.io.records import Accuracy, Note, ProfileSummary, StepRecord, TrialResult, TrialSpec, failed_result
+from perftune.io.records import Accuracy, Note, ProfileSummary, StepRecord, TrialResult, TrialSpec
+from perftune.io.derived import failed_result
 
 ORDER = ("accuracy", "warmup", "drain", "timed", "profiled", "done")
 #: the phase each machine phase writes into a step record (the on-disk phases; drain steps are warm-up steps)

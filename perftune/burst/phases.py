@@ -32,7 +32,8 @@ from perftune.burst.context import (
 from perftune.burst.failures import KnobRefused, one_line
 from perftune.burst.meter import Meter
 from perftune.burst.results import read_memory
-from perftune.io.records import Accuracy, Note, RankSummary, TrialResult, TrialSpec, failed_result
+from perftune.io.records import Accuracy, Note, RankSummary, TrialResult, TrialSpec
+from perftune.io.derived import failed_result
 
 VAL_BATCH = 64  # the same validation batches for every trial, whatever its batch size
 

@@ -14,7 +14,8 @@ import numpy as np
 from perftune.burst import contention
 from perftune.burst.failures import one_line
 from perftune.io.plan import BurstSettings
-from perftune.io.records import Accuracy, Note, ProfileSummary, StepRecord, TrialResult, WindowStats, throughput
+from perftune.io.records import Accuracy, Note, ProfileSummary, StepRecord, TrialResult, WindowStats
+from perftune.io.derived import throughput
 
 LOSS_TAIL_STEPS = 5  # the training loss at N samples is the mean of this many last steps
 

@@ -28,7 +28,8 @@ from perftune.burst.results import read_memory
 from perftune.burst.script_figures import ScriptFigures
 from perftune.burst.script_hooks import ScriptHooks, apply_dataset_config, apply_script_context
 from perftune.engine.script_plan import script_argv
-from perftune.io.records import Note, TrialResult, TrialSpec, failed_result
+from perftune.io.records import Note, TrialResult, TrialSpec
+from perftune.io.derived import failed_result
 
 
 class ScriptBurst:

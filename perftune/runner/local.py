@@ -15,7 +15,8 @@ from typing import Optional
 
 from perftune.errors import UserError
 from perftune.io.files import LOG_NAME, TRIAL_NAME, read_trial_if_present
-from perftune.io.records import TrialResult, TrialSpec, failed_result
+from perftune.io.records import TrialResult, TrialSpec
+from perftune.io.derived import failed_result
 from perftune.io.store import write_json_atomic
 from perftune.runner.process import (BURST_MODULE, burst_env, classify_exit, die_with_parent, kill_group,
                                      killed_from_outside, log_tail)

@@ -54,7 +54,8 @@ from perftune.io.files import (
     rank_log_name,
     read_trial_if_present,
 )
-from perftune.io.records import TrialResult, TrialSpec, failed_result
+from perftune.io.records import TrialResult, TrialSpec
+from perftune.io.derived import failed_result
 from perftune.io.store import write_json_atomic
 from perftune.runner.process import (
     BURST_MODULE,

@@ -14,16 +14,8 @@ import socket
 import numpy as np
 
 from perftune.io.files import rank_dir_name, rank_log_name
-from perftune.io.records import (
-    COMMUNICATION_FLAG_SHARE,
-    Note,
-    Splits,
-    TrialResult,
-    TrialSpec,
-    WindowStats,
-    rank_summary,
-    throughput,
-)
+from perftune.io.records import COMMUNICATION_FLAG_SHARE, Note, Splits, TrialResult, TrialSpec, WindowStats
+from perftune.io.derived import rank_summary, throughput
 
 
 def aggregate(spec: TrialSpec, local: dict[int, TrialResult], workers: int, nodes: int) -> TrialResult:

@@ -1,0 +1,53 @@
+"""What is derived from the typed records rather than stored as typed: THE throughput of a trial, the result of a
+trial that measured nothing, one rank's summary.  Kept apart from ``records`` so that module holds only the records."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from perftune.io.records import RankSummary, TrialResult, TrialSpec, TrialStatus, WindowStats
+
+
+def throughput(windows: list[WindowStats]) -> Optional[float]:
+    """THE samples/s of a trial: every sample its timed windows took over their summed time, i.e. batch / mean step
+    (``TrialResult.step_ms_mean``).  Not the median of the windows' throughputs: that is another number (2.451 vs
+    8 / 3511.6 ms = 2.278 on one trial, issue 28); the windows' own figures stay for the statistics."""
+    total_ms = sum(w.total_ms for w in windows)
+    if total_ms <= 0:
+        return None
+    return sum(w.samples_per_s * w.total_ms for w in windows) / total_ms  # each window: samples x 1e3
+
+
+def failed_result(spec: TrialSpec, status: TrialStatus, reason: Optional[str], **fields: Any) -> TrialResult:
+    """The result of a trial that measured nothing: what was asked (from ``spec``), the status and why."""
+    return TrialResult(trial_id=spec.trial_id, status=status, reason=reason, workload=spec.workload,
+                       device=spec.device, knobs=spec.knobs, burst=spec.burst, **fields)
+
+
+def rank_summary(result: TrialResult, rank: int, result_dir: Optional[str], log_file: Optional[str],
+                 host: Optional[str] = None, node_rank: Optional[int] = None,
+                 pid: Optional[int] = None) -> RankSummary:
+    """One rank's ``RankSummary`` from its own ``TrialResult``."""
+    p = result.profile
+    splits = p.splits if p is not None else None
+    acc = result.accuracy
+    return RankSummary(
+        rank=rank, host=host, node_rank=node_rank, pid=pid, result_dir=result_dir, log_file=log_file,
+        status=result.status,
+        samples_per_s=result.samples_per_s,
+        step_ms_median=result.step_ms_median,
+        step_ms_p10=result.step_ms_p10,
+        step_ms_p90=result.step_ms_p90,
+        data_wait_ms_median=result.data_wait_ms_median,
+        compile_ms=result.compile_ms,
+        windows=list(result.windows),
+        train_loss=acc.train_loss if acc else None,
+        nonfinite=bool(acc.nonfinite) if acc else False,
+        loss_curve=list(acc.loss_curve) if acc else [],
+        splits=splits,
+        top_ops=list(p.top_ops) if p is not None else [],
+        communication_share=(splits.communication_ms / splits.step_ms) if splits and splits.step_ms else None,
+        profile_error=p.error if p is not None else None,
+        host_rss_peak_bytes=result.memory.host_rss_peak_bytes,
+        allocator_peak_bytes=result.memory.allocator_peak_bytes,
+    )
