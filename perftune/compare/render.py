@@ -170,8 +170,11 @@ def render_markdown(report: CompareReport) -> str:
                                       + [cell(m.get(f"split.{p}")) for p in PHASES] + [cell(m.get("memory"))]
                                       + [cell(m.get(a)) for a in ACCURACY_METRICS]) + " |")
     out += ["", "Data wait, splits, memory and accuracy have no interval: the threshold applies to their relative "
-            "change.  Step time is the mean step of the timed windows (throughput is batch / mean step); data wait "
-            "is the median over the timed steps; the splits are of the mean step, as shares of the profiled steps.",
+            "change.  Throughput and step time are the centres the ratio is estimated from: the geometric mean, "
+            "over each side's processes, of every timed window's batch / mean step (so NEW / OLD is the ratio "
+            "exactly; a trial's own samples/s, batch / mean step over all its windows, can differ slightly); data "
+            "wait is the median over the timed steps; the splits are of the mean step, as shares of the profiled "
+            "steps.",
             "", "</details>", ""]
     if report.warnings:
         out.append("**Warnings**")
