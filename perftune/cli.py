@@ -6,6 +6,7 @@ Also what only a terminal needs: the progress display of a sweep, the command li
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -48,6 +49,39 @@ def leave(code: int) -> None:
     if sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__:
         os._exit(code)
     sys.exit(code)
+
+
+#: signals that stop ``sweep`` and ``run`` as Ctrl-C does (a closed terminal or ssh session sends SIGHUP)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def stop_signals_as_interrupt(received: list):
+    """SIGTERM and SIGHUP raise ``KeyboardInterrupt`` (the running burst is stopped, its processes killed, results
+    saved), the signal's number appended to ``received``; the previous handlers come back afterwards."""
+
+    def on_signal(signum, frame):
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def stopped(received: list, what: str) -> None:
+    """The one line after an interrupt or a stop signal, and the exit: 130 for Ctrl-C, 128 + the signal otherwise.
+    The terminal may be gone (SIGHUP): a failed write is no reason for a traceback."""
+    signum = received[0] if received else None
+    why = f"terminated ({signal.Signals(signum).name})" if signum else "interrupted"
+    try:
+        click.echo(f"\n{why}: {what}", err=True)
+    except OSError:
+        pass
+    leave(128 + signum if signum else 130)
 
 
 class SweepProgressDisplay:
@@ -174,7 +208,13 @@ def run(plan_path: Path, overrides: tuple[str, ...], out_dir: Path | None) -> No
     from perftune.commands import run_one
     from perftune.report.summary import trial_summary
 
-    result, trial_dir = run_one(plan_path, overrides, out_dir)
+    received: list = []
+    try:
+        with stop_signals_as_interrupt(received):
+            result, trial_dir = run_one(plan_path, overrides, out_dir,
+                                        say=lambda line: click.echo(f"perftune: {line}", err=True))
+    except KeyboardInterrupt:
+        stopped(received, "the burst and every process it started were stopped")
     click.echo(trial_summary(result, trial_dir))
     if result.status != "ok":
         sys.exit(1)
@@ -208,24 +248,16 @@ def sweep(plan_path: Path, out_dir: Path | None, fresh: bool, progress: bool, re
     argv = ["sweep", str(plan_path)] + (["--out", str(out_dir)] if out_dir else [])
     argv += (["--executor", executor] if executor else []) + (["--address", address] if address else [])
     command = "perftune " + " ".join(shlex.quote(a) for a in argv)
-    terminated = []
-
-    def on_sigterm(signum, frame):  # handled like Ctrl-C: the running burst is stopped, results saved
-        terminated.append(signum)
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    received: list = []
     try:
-        result = run_sweep(plan, out, plan_path, fresh=fresh, progress=SweepProgressDisplay(progress),
-                           command=command, report=report, say=lambda line: click.echo(f"perftune: {line}", err=True),
-                           executor=executor, address=address)
+        with stop_signals_as_interrupt(received):
+            result = run_sweep(plan, out, plan_path, fresh=fresh, progress=SweepProgressDisplay(progress),
+                               command=command, report=report,
+                               say=lambda line: click.echo(f"perftune: {line}", err=True),
+                               executor=executor, address=address)
     except KeyboardInterrupt:
         again = shlex.join(["perftune", *argv])
-        why = "terminated (SIGTERM)" if terminated else "interrupted"
-        click.echo(f"\n{why}: finished trials are saved in {out}; resume with: {again}", err=True)
-        leave(143 if terminated else 130)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        stopped(received, f"finished trials are saved in {out}; resume with: {again}")
     click.echo(sweep_summary(result, out, out / REPORT_NAME if report else None))
     first = result.trials[0] if result.trials else None
     if first is None or first.result.status != "ok":

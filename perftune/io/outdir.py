@@ -75,7 +75,8 @@ def check_own_folder(out: Path) -> None:
 def check_own_trial_folder(trial_dir: Path) -> None:
     """``perftune run --out DIR``: DIR must be empty, new, or a trial folder perftune made (it holds spec.json)."""
     trial_dir = Path(trial_dir)
-    if trial_dir.is_dir() and any(trial_dir.iterdir()) and not (trial_dir / SPEC_NAME).is_file():
+    held = trial_dir.is_dir() and any(p.name != LOCK_NAME for p in trial_dir.iterdir())
+    if held and not (trial_dir / SPEC_NAME).is_file():
         raise UserError(f"{trial_dir}: holds files perftune did not write; a trial runs only in an empty folder or "
                         "one of its own trial folders (choose another --out)")
 
@@ -97,6 +98,8 @@ class FolderLock:
     path: Path
     fd: int
     stale: Optional[str] = None
+    #: the dead owner's driver tag where it ran on this host (its leftover processes carry it), else None
+    stale_tag: Optional[str] = None
 
     def release(self) -> None:
         if self.fd < 0:
@@ -117,8 +120,22 @@ def _owner_text(raw: str) -> str:
         return "another process"
 
 
-def lock_folder(out: Path, since: str = "") -> FolderLock:
-    """Take the folder's lock or raise ``UserError`` naming its owner; a dead owner's lock is taken over."""
+def _stale_tag(raw: str) -> Optional[str]:
+    """The driver tag of a dead owner that ran on this host (``pid-`` for a lock written before tags existed)."""
+    try:
+        owner = json.loads(raw)
+        if owner.get("host") != socket.gethostname():
+            return None
+        return str(owner.get("tag") or f"{int(owner['pid'])}")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def lock_folder(out: Path, since: str = "", tag: str = "") -> FolderLock:
+    """Take the folder's lock or raise ``UserError`` naming its owner; a dead owner's lock is taken over.
+
+    ``tag`` (the driver's, ``runner.cgroup.driver_tag``) is written in the lock so that a later owner can kill the
+    processes this one leaves if it dies (``stale_tag``)."""
     out = Path(out)
     path = out / LOCK_NAME
     try:
@@ -148,14 +165,14 @@ def lock_folder(out: Path, since: str = "") -> FolderLock:
             continue
         previous = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
         stale = _owner_text(previous) if previous else None
-        text = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since}) + "\n"
+        text = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since, "tag": tag}) + "\n"
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, text.encode(), 0)
         except OSError as exc:
             os.close(fd)
             raise cannot_write(path, exc) from None
-        return FolderLock(path, fd, stale)
+        return FolderLock(path, fd, stale, _stale_tag(previous) if previous else None)
     raise UserError(f"{out}: the lock {LOCK_NAME} keeps changing hands; is another sweep starting there?")
 
 
