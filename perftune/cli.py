@@ -6,12 +6,10 @@ Also what only a terminal needs: the progress display of a sweep, the command li
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
 import shlex
-import signal
 import sys
 import time
 from pathlib import Path
@@ -20,6 +18,7 @@ import click
 
 from perftune.errors import UserError
 from perftune.report.format import reason_text
+from perftune.stop import leave, stop_signals_as_interrupt, stopped
 
 
 def user_errors(func):
@@ -38,50 +37,6 @@ def user_errors(func):
             leave(130)
 
     return wrapper
-
-
-def leave(code: int) -> None:
-    """Exit after Ctrl-C / SIGTERM at once, without the interpreter's shutdown: an interrupt that lands inside a
-    half-finished import of a C extension can make that shutdown crash (seen: SIGABRT in ``perftune report``), and
-    by now everything worth keeping is saved.  Inside another program (click's test runner) it raises SystemExit."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__:
-        os._exit(code)
-    sys.exit(code)
-
-
-#: signals that stop ``sweep`` and ``run`` as Ctrl-C does (a closed terminal or ssh session sends SIGHUP)
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-
-
-@contextlib.contextmanager
-def stop_signals_as_interrupt(received: list):
-    """SIGTERM and SIGHUP raise ``KeyboardInterrupt`` (the running burst is stopped, its processes killed, results
-    saved), the signal's number appended to ``received``; the previous handlers come back afterwards."""
-
-    def on_signal(signum, frame):
-        received.append(signum)
-        raise KeyboardInterrupt
-
-    previous = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
-def stopped(received: list, what: str) -> None:
-    """The one line after an interrupt or a stop signal, and the exit: 130 for Ctrl-C, 128 + the signal otherwise.
-    The terminal may be gone (SIGHUP): a failed write is no reason for a traceback."""
-    signum = received[0] if received else None
-    why = f"terminated ({signal.Signals(signum).name})" if signum else "interrupted"
-    try:
-        click.echo(f"\n{why}: {what}", err=True)
-    except OSError:
-        pass
-    leave(128 + signum if signum else 130)
 
 
 class SweepProgressDisplay:
@@ -141,6 +96,10 @@ class SweepProgressDisplay:
 def _clock(seconds: float) -> str:
     minutes, secs = divmod(int(round(seconds)), 60)
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
+
+
+def check_same(a: Path, b: Path) -> bool:
+    return Path(os.path.abspath(a)).resolve() == Path(os.path.abspath(b)).resolve()
 
 
 def _write_file(path: Path, text: str) -> None:
@@ -321,8 +280,23 @@ def compare_command(old: Path, new: Path, threshold_text: str, metric: str, mark
     """
     from perftune.compare.render import render_markdown, render_text
     from perftune.compare.run import run_compare
+    from perftune.io.store import check_output
 
-    report = run_compare(old, new, threshold=_threshold(threshold_text), metric=_metric(metric))
+    for option, path in (("--markdown", markdown), ("--json", json_out)):
+        if path is not None:
+            check_output(path, [old, new], option)
+    if markdown is not None and json_out is not None and check_same(markdown, json_out):
+        raise UserError(f"--markdown {markdown} and --json {json_out}: the same file; give two files")
+    try:
+        report = run_compare(old, new, threshold=_threshold(threshold_text), metric=_metric(metric))
+    except (UserError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - exit 1 means "regression" to CI: a failure to compare must not say it
+        if os.environ.get("PERFTUNE_DEBUG"):
+            raise
+        raise UserError(f"compare could not use {old} and {new} ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0][:200] if str(exc) else 'no message'}); no verdict (a bug in perftune "
+                        "if both are perftune's files: PERFTUNE_DEBUG=1 shows the traceback)") from None
     if markdown is not None:
         _write_file(markdown, render_markdown(report))
     if json_out is not None:
@@ -375,10 +349,15 @@ def peak_command(device: str, refresh: bool, size: int, seconds: float) -> None:
 @user_errors
 def export_command(results_dir: Path, tb_out: Path | None, csv_out: Path | None) -> None:
     """Export the per-step records of the sweep in RESULTS_DIR: TensorBoard runs and/or a CSV file."""
+    from perftune.io.store import check_output
     from perftune.report.export import export_csv, export_tensorboard
 
     if tb_out is None and csv_out is None:
         raise UserError("export: nothing to do (give --tensorboard FOLDER and/or --csv FILE)")
+    if tb_out is not None:
+        check_output(tb_out, [results_dir], "--tensorboard", folder=True)
+    if csv_out is not None:
+        check_output(csv_out, [results_dir], "--csv")
     summaries = []
     if tb_out is not None:
         s = export_tensorboard(results_dir, tb_out)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from perftune.errors import UserError
-from perftune.io.files import RESULTS_NAME, SPEC_NAME, SWEEP_KIND, TRIALS_DIR
+from perftune.io.files import RESULTS_NAME, SPEC_NAME, SWEEP_KIND, TRIAL_OUTPUTS, TRIALS_DIR, read_json
 
 LOCK_NAME = ".perftune.lock"
 MARKER_NAME = ".perftune-sweep"
@@ -39,8 +39,8 @@ def cannot_write(path: Path, exc: OSError) -> UserError:
 
 def _is_own_results(path: Path) -> bool:
     try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        data = read_json(path)  # bounded: a hostile file is "not ours", never a crash
+    except UserError:
         return False
     return isinstance(data, dict) and data.get("kind") == SWEEP_KIND
 
@@ -184,6 +184,21 @@ def mark_own(out: Path) -> None:
                           "here.\n", encoding="utf-8")
 
 
+def clear_trial_outputs(trial_dir: Path, spec_too: bool = False) -> list[str]:
+    """Delete what perftune writes in a trial folder (``TRIAL_OUTPUTS``, and ``spec.json`` with ``spec_too``) and
+    the folder where nothing else is left; a user's file beside them stays.  Returns what was left in place."""
+    for pattern in TRIAL_OUTPUTS + ((SPEC_NAME,) if spec_too else ()):
+        for path in Path(trial_dir).glob(pattern):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+    left = sorted(str(p) for p in Path(trial_dir).iterdir())
+    if spec_too and not left:
+        Path(trial_dir).rmdir()
+    return left
+
+
 def clear_own(out: Path) -> list[str]:
     """``--fresh``: delete perftune's results and trial folders, nothing else; returns what was left in place."""
     out = Path(out)
@@ -197,7 +212,7 @@ def clear_own(out: Path) -> list[str]:
     if trials.is_dir() and not trials.is_symlink():
         for child in sorted(trials.iterdir()):
             if _is_own_trial_dir(child):
-                shutil.rmtree(child)
+                kept += clear_trial_outputs(child, spec_too=True)
             else:
                 kept.append(str(child))
         if not kept:
