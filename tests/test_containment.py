@@ -17,8 +17,9 @@ import pytest
 from conftest import TINY_MLP, write_plan
 from test_faults import none_left, processes_with, wait_for
 
-from perftune.runner.cgroup import TrialCgroup, containment_probe, driver_tag
-from perftune.runner.reaper import TOKEN_ENV
+from perftune.runner.cgroup import NO_CGROUP_ENV, TrialCgroup, containment_probe, driver_tag
+from perftune.runner.process import child_setup, kill_group
+from perftune.runner.reaper import TOKEN_ENV, TrialProcesses
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -105,6 +106,36 @@ def test_sighup_stops_perftune_run_and_everything_it_started(tmp_path):
     _, err = run.communicate(timeout=60)
     assert run.returncode == 129 and "terminated (SIGHUP)" in err and "Traceback" not in err, err
     assert none_left(marker) and not started_by(run.pid)
+
+
+ESCAPER = ("import sys, time\n"
+           "sys.path.insert(0, 'tests')\n"
+           "from workloads_for_tests import _escapees\n"
+           "_escapees(sys.argv[1]); print('go', flush=True); time.sleep(60)\n")
+
+
+@pytest.mark.parametrize("cgroups", [True, False], ids=["cgroup", "fallback"])
+def test_a_setsid_grandchild_and_a_daemon_are_killed_with_the_trial(monkeypatch, cgroups):
+    """The runner's own clean-up (as after a time-out or Ctrl-C), with cgroups and with the fallback, which says
+    which one held the trial."""
+    if not cgroups:
+        monkeypatch.setenv(NO_CGROUP_ENV, "1")
+    marker = f"perftune-test-unit-{os.getpid()}-{cgroups}"
+    procs = TrialProcesses()
+    if cgroups and procs.cgroup is None:
+        pytest.skip(f"cgroups are not writable here: {procs.why_not}")
+    leader = subprocess.Popen([sys.executable, "-c", ESCAPER, marker], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                              env=procs.env(dict(os.environ)), start_new_session=True,
+                              preexec_fn=child_setup(procs))
+    procs.started(leader.pid)
+    assert leader.stdout.readline().strip() == "go"
+    wait_for(lambda: len([p for p in processes_with(marker) if p.pid != leader.pid]) == 2, "the escapees")
+    assert procs.containment.startswith("cgroup v2" if cgroups else f"process groups, subreaper, per-trial token "
+                                        f"and PDEATHSIG (no cgroup: {NO_CGROUP_ENV} is set)")
+    procs.watch(leader.pid)
+    kill_group(leader)
+    procs.kill_leftovers()
+    assert none_left(marker, within=2.0), [p.cmdline() for p in processes_with(marker)]
 
 
 @pytest.mark.parametrize("phase", ["train", "profile"])
