@@ -136,7 +136,7 @@ def unusable_windows(result: TrialResult) -> Optional[str]:
     if result.status != "ok":
         return None
     for w in result.windows:
-        for name, value in (("samples_per_s", w.samples_per_s), ("total_ms", w.total_ms)):
+        for name, value in (("throughput", w.samples_per_s), ("time", w.total_ms)):
             if value is None or not value > 0:
                 return (f"trial {result.trial_id} has an unusable window {name} ({value!r}; expected finite numbers "
                         "> 0): the file is corrupted or was edited")
