@@ -4,7 +4,9 @@ Two sweeps writing one folder run every trial twice and lose each other's profil
 ``--fresh`` must never delete a file perftune did not write.  So a sweep first checks that the folder is its own
 (empty, or marked by ``.perftune-sweep``, or holding a perftune ``results.json`` from before the marker existed),
 then takes ``.perftune.lock`` (``flock``: the kernel drops it when its owner dies, even by SIGKILL; the file names
-the owner's PID and host for the message), and ``--fresh`` deletes only perftune's own files.
+the owner's PID, host and driver tag: a later owner kills what a dead one left running), and ``--fresh`` deletes
+only perftune's own files: in a trial folder, what the runner writes there (``files.TRIAL_OUTPUTS``), never a
+user's file beside them.
 """
 
 from __future__ import annotations
