@@ -51,6 +51,18 @@ def reached(tmp_path: Path, phase: str, count: int = 1):
     return check
 
 
+def sleepers(marker: str) -> list[psutil.Process]:
+    """The escapees themselves (not the short-lived middle process of the double fork, which names the marker too)."""
+    out = []
+    for p in processes_with(marker):
+        try:
+            if p.cmdline()[2:3] == ["import time; time.sleep(300)"]:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
 def started_by(pid: int) -> list[psutil.Process]:
     """Live processes carrying a trial token of the driver ``pid`` (every process of its trials inherits one)."""
     found = []
@@ -70,6 +82,10 @@ def test_the_trial_cgroup_holds_every_descendant_and_is_killed_whole():
         assert probe.startswith("process groups") and why in probe  # the fallback, named
         pytest.skip(f"cgroups are not writable here: {why}")
     assert probe.startswith("cgroup v2 per trial")
+    dead = group.path.parent / "perftune-999999999-0-0"  # an empty cgroup of a driver that is gone
+    dead.mkdir()
+    containment_probe()
+    assert not dead.exists() and group.path.exists()
     leader = subprocess.Popen([sys.executable, "-c", "import os, subprocess, sys, time\n"
                                "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
                                "start_new_session=True)\nprint('go', flush=True); time.sleep(60)"],
@@ -88,7 +104,7 @@ def test_sighup_while_the_burst_parses_its_profile_stops_the_sweep_and_everythin
     out = tmp_path / "out"
     sweep = sweep_driver(escaping_plan(tmp_path, marker, stall=phase), out)
     wait_for(reached(tmp_path, phase), f"the {phase} phase", sweep)
-    wait_for(lambda: len(processes_with(marker)) == 2, "the grandchild and the daemon", sweep)
+    wait_for(lambda: len(sleepers(marker)) == 2, "the grandchild and the daemon", sweep)
     sweep.send_signal(signal.SIGHUP)
     _, err = sweep.communicate(timeout=60)
     assert sweep.returncode == 129, err
@@ -101,7 +117,7 @@ def test_sighup_stops_perftune_run_and_everything_it_started(tmp_path):
     marker = f"perftune-test-hup-{os.getpid()}-run"
     run = driver("run", str(escaping_plan(tmp_path, marker, stall="train")), "--out", str(tmp_path / "trial"))
     wait_for(reached(tmp_path, "train"), "the train phase", run)
-    wait_for(lambda: len(processes_with(marker)) == 2, "the grandchild and the daemon", run)
+    wait_for(lambda: len(sleepers(marker)) == 2, "the grandchild and the daemon", run)
     run.send_signal(signal.SIGHUP)
     _, err = run.communicate(timeout=60)
     assert run.returncode == 129 and "terminated (SIGHUP)" in err and "Traceback" not in err, err
@@ -129,7 +145,7 @@ def test_a_setsid_grandchild_and_a_daemon_are_killed_with_the_trial(monkeypatch,
                               preexec_fn=child_setup(procs))
     procs.started(leader.pid)
     assert leader.stdout.readline().strip() == "go"
-    wait_for(lambda: len([p for p in processes_with(marker) if p.pid != leader.pid]) == 2, "the escapees")
+    wait_for(lambda: len(sleepers(marker)) == 2, "the escapees")
     assert procs.containment.startswith("cgroup v2" if cgroups else f"process groups, subreaper, per-trial token "
                                         f"and PDEATHSIG (no cgroup: {NO_CGROUP_ENV} is set)")
     procs.watch(leader.pid)
@@ -145,10 +161,10 @@ def test_a_killed_drivers_leftovers_are_killed_before_the_next_sweep_runs_anythi
     plan = escaping_plan(tmp_path, marker, stall=phase)
     first = sweep_driver(plan, out)
     wait_for(reached(tmp_path, phase), f"the {phase} phase", first)
-    wait_for(lambda: len(processes_with(marker)) == 2, "the grandchild and the daemon", first)
+    wait_for(lambda: len(sleepers(marker)) == 2, "the grandchild and the daemon", first)
     first.kill()
     first.communicate(timeout=30)
-    orphans = processes_with(marker)
+    orphans = sleepers(marker)
     assert len(orphans) == 2  # SIGKILL cannot be handled: the escapees outlive the driver
     # the next sweep in the folder (a resume) kills them before its own burst starts, then stops on SIGHUP
     plan.write_text(plan.read_text().replace(f"stall: {phase}", "stall: train"))
@@ -170,10 +186,10 @@ def test_msrun_ranks_and_their_escapees_left_by_a_killed_driver_are_killed_on_st
     out = tmp_path / "out"
     first = sweep_driver(escaping_plan(tmp_path, marker, stall="train", workers=2), out)
     wait_for(reached(tmp_path, "train", count=2), "both ranks", first, timeout=180)
-    wait_for(lambda: len(processes_with(marker)) == 4, "each rank's grandchild and daemon", first)
+    wait_for(lambda: len(sleepers(marker)) == 4, "each rank's grandchild and daemon", first)
     first.kill()
     first.communicate(timeout=30)
-    assert len(processes_with(marker)) == 4  # msrun's ranks die with msrun (PDEATHSIG); their escapees do not
+    assert len(sleepers(marker)) == 4  # msrun's ranks die with msrun (PDEATHSIG); their escapees do not
     said: list[str] = []
     lock = take_folder(out, said.append)  # what a sweep or a resume does first
     lock.release()

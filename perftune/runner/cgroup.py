@@ -161,9 +161,28 @@ def containment_text(cgroup: Optional[TrialCgroup], why_not: str) -> str:
     return f"process groups, subreaper, per-trial token and PDEATHSIG (no cgroup: {why_not})"
 
 
+def remove_empty_dead() -> None:
+    """Remove empty trial cgroups of drivers that are gone (a driver killed while a Ray worker or a test held
+    one): only empty ones, which ``rmdir`` alone can remove; a populated one waits for its folder's next sweep."""
+    parent, _ = own_cgroup()
+    try:
+        names = [p.name for p in parent.iterdir()] if parent is not None else []
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(PREFIX):].split("-", 1)[0]
+        if name.startswith(PREFIX) and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            try:
+                (parent / name).rmdir()
+            except OSError:
+                pass
+
+
 def containment_probe() -> str:
-    """What will hold the trials' processes here: a probe cgroup is made and removed at once."""
+    """What will hold the trials' processes here: a probe cgroup is made and removed at once (and empty ones of
+    drivers that are gone are removed)."""
     probe, why_not = TrialCgroup.open(f"{driver_tag()}-probe")
     if probe is not None:
         probe.kill()
+        remove_empty_dead()
     return containment_text(probe, why_not)
