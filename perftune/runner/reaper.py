@@ -107,13 +107,22 @@ class TrialProcesses:
         Returns the PIDs that were still alive (for tests and logs).  Ctrl-C, SIGTERM and SIGHUP wait until it is
         done (they are raised afterwards): a clean-up cut short would leave processes behind."""
         with signals_held():
-            victims = set(self.seen)  # found first: after the cgroup's kill an orphan's environment is gone
-            for child in _children():
-                if child.pid not in self.before:
-                    victims.update(p for p in _tree(child) if self._ours(p))
-            victims = {p for p in victims if p.pid != os.getpid()}
-            in_cgroup = self.cgroup.kill() if self.cgroup is not None else []
-            return sorted(set(in_cgroup) | set(_kill_and_reap(victims, timeout)))
+            victims = self._victims(set(self.seen))  # found first: after the cgroup's kill an orphan's environment
+            in_cgroup = self.cgroup.kill() if self.cgroup is not None else []  # is gone
+            killed = set(in_cgroup) | set(_kill_and_reap(victims, timeout))
+            for _ in range(3):  # a tree in flux (a parent exiting while looked at) hides its child for a moment
+                again = _kill_and_reap(self._victims(set()), timeout)
+                if not again:
+                    break
+                killed.update(again)
+            return sorted(killed)
+
+    def _victims(self, victims: set[psutil.Process]) -> set[psutil.Process]:
+        """``victims`` and every process of this trial re-parented to us (with their descendants)."""
+        for child in _children():
+            if child.pid not in self.before:
+                victims.update(p for p in _tree(child) if self._ours(p))
+        return {p for p in victims if p.pid != os.getpid()}
 
 
 def _kill_and_reap(victims: set[psutil.Process], timeout: float) -> list[int]:
