@@ -10,7 +10,6 @@ import functools
 import json
 import os
 import shlex
-import signal
 import sys
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import click
 
 from perftune.errors import UserError
+from perftune.stop import leave, stop_signals_as_interrupt, stopped
 
 
 def user_errors(func):
@@ -36,17 +36,6 @@ def user_errors(func):
             leave(130)
 
     return wrapper
-
-
-def leave(code: int) -> None:
-    """Exit after Ctrl-C / SIGTERM at once, without the interpreter's shutdown: an interrupt that lands inside a
-    half-finished import of a C extension can make that shutdown crash (seen: SIGABRT in ``perftune report``), and
-    by now everything worth keeping is saved.  Inside another program (click's test runner) it raises SystemExit."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__:
-        os._exit(code)
-    sys.exit(code)
 
 
 class SweepProgressDisplay:
@@ -107,6 +96,10 @@ class SweepProgressDisplay:
 def _clock(seconds: float) -> str:
     minutes, secs = divmod(int(round(seconds)), 60)
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
+
+
+def check_same(a: Path, b: Path) -> bool:
+    return Path(os.path.abspath(a)).resolve() == Path(os.path.abspath(b)).resolve()
 
 
 def _write_file(path: Path, text: str) -> None:
@@ -174,7 +167,13 @@ def run(plan_path: Path, overrides: tuple[str, ...], out_dir: Path | None) -> No
     from perftune.commands import run_one
     from perftune.report.summary import trial_summary
 
-    result, trial_dir = run_one(plan_path, overrides, out_dir)
+    received: list = []
+    try:
+        with stop_signals_as_interrupt(received):
+            result, trial_dir = run_one(plan_path, overrides, out_dir,
+                                        say=lambda line: click.echo(f"perftune: {line}", err=True))
+    except KeyboardInterrupt:
+        stopped(received, "the burst and every process it started were stopped")
     click.echo(trial_summary(result, trial_dir))
     if result.status != "ok":
         sys.exit(1)
@@ -208,24 +207,16 @@ def sweep(plan_path: Path, out_dir: Path | None, fresh: bool, progress: bool, re
     argv = ["sweep", str(plan_path)] + (["--out", str(out_dir)] if out_dir else [])
     argv += (["--executor", executor] if executor else []) + (["--address", address] if address else [])
     command = "perftune " + " ".join(shlex.quote(a) for a in argv)
-    terminated = []
-
-    def on_sigterm(signum, frame):  # handled like Ctrl-C: the running burst is stopped, results saved
-        terminated.append(signum)
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    received: list = []
     try:
-        result = run_sweep(plan, out, plan_path, fresh=fresh, progress=SweepProgressDisplay(progress),
-                           command=command, report=report, say=lambda line: click.echo(f"perftune: {line}", err=True),
-                           executor=executor, address=address)
+        with stop_signals_as_interrupt(received):
+            result = run_sweep(plan, out, plan_path, fresh=fresh, progress=SweepProgressDisplay(progress),
+                               command=command, report=report,
+                               say=lambda line: click.echo(f"perftune: {line}", err=True),
+                               executor=executor, address=address)
     except KeyboardInterrupt:
         again = shlex.join(["perftune", *argv])
-        why = "terminated (SIGTERM)" if terminated else "interrupted"
-        click.echo(f"\n{why}: finished trials are saved in {out}; resume with: {again}", err=True)
-        leave(143 if terminated else 130)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        stopped(received, f"finished trials are saved in {out}; resume with: {again}")
     click.echo(sweep_summary(result, out, out / REPORT_NAME if report else None))
     first = result.trials[0] if result.trials else None
     if first is None or first.result.status != "ok":
@@ -289,8 +280,23 @@ def compare_command(old: Path, new: Path, threshold_text: str, metric: str, mark
     """
     from perftune.compare.render import render_markdown, render_text
     from perftune.compare.run import run_compare
+    from perftune.io.store import check_output
 
-    report = run_compare(old, new, threshold=_threshold(threshold_text), metric=_metric(metric))
+    for option, path in (("--markdown", markdown), ("--json", json_out)):
+        if path is not None:
+            check_output(path, [old, new], option)
+    if markdown is not None and json_out is not None and check_same(markdown, json_out):
+        raise UserError(f"--markdown {markdown} and --json {json_out}: the same file; give two files")
+    try:
+        report = run_compare(old, new, threshold=_threshold(threshold_text), metric=_metric(metric))
+    except (UserError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - exit 1 means "regression" to CI: a failure to compare must not say it
+        if os.environ.get("PERFTUNE_DEBUG"):
+            raise
+        raise UserError(f"compare could not use {old} and {new} ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0][:200] if str(exc) else 'no message'}); no verdict (a bug in perftune "
+                        "if both are perftune's files: PERFTUNE_DEBUG=1 shows the traceback)") from None
     if markdown is not None:
         _write_file(markdown, render_markdown(report))
     if json_out is not None:
@@ -343,10 +349,15 @@ def peak_command(device: str, refresh: bool, size: int, seconds: float) -> None:
 @user_errors
 def export_command(results_dir: Path, tb_out: Path | None, csv_out: Path | None) -> None:
     """Export the per-step records of the sweep in RESULTS_DIR: TensorBoard runs and/or a CSV file."""
+    from perftune.io.store import check_output
     from perftune.report.export import export_csv, export_tensorboard
 
     if tb_out is None and csv_out is None:
         raise UserError("export: nothing to do (give --tensorboard FOLDER and/or --csv FILE)")
+    if tb_out is not None:
+        check_output(tb_out, [results_dir], "--tensorboard", folder=True)
+    if csv_out is not None:
+        check_output(csv_out, [results_dir], "--csv")
     summaries = []
     if tb_out is not None:
         s = export_tensorboard(results_dir, tb_out)

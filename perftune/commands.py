@@ -13,8 +13,8 @@ from perftune.engine.specs import make_spec
 from perftune.engine.progress import SweepProgress
 from perftune.engine.script_plan import check_set_routes
 from perftune.engine.sweep import run_sweep, utc_now
-from perftune.io.outdir import (cannot_write, check_own_folder, check_own_trial_folder, check_profiler_path, clear_own,
-                                lock_folder, mark_own)
+from perftune.io.outdir import (FolderLock, cannot_write, check_own_folder, check_own_trial_folder,
+                                check_profiler_path, clear_own, lock_folder, mark_own)
 from perftune.io.plan import Plan, ScriptWorkload
 from perftune.errors import UserError
 from perftune.io.files import RESULTS_NAME
@@ -23,6 +23,8 @@ from perftune.io.store import write_json_atomic
 from perftune.io.sweep_records import SweepResult
 from perftune.report.tables import write_tables
 from perftune.runner import run_trial
+from perftune.runner.cgroup import containment_probe, driver_tag
+from perftune.runner.reaper import kill_driver_leftovers
 
 
 #: errors that mean the output cannot be written (not a bug): read-only file system, no space, quota, permission
@@ -40,9 +42,38 @@ def plan_output_dir(plan: Plan, plan_path: Path) -> Path:
     return Path("reports") / plan.name
 
 
-def run_one(plan_path: Path, overrides, out_dir: Path | None) -> tuple[TrialResult, Path]:
-    """``perftune run``: one burst of the plan's baseline with ``overrides`` (``knob=value`` strings)."""
+def take_folder(out: Path, say: Callable[[str], None]) -> FolderLock:
+    """Lock ``out`` for this driver; where a driver that died held it, kill what it left running first."""
+    lock = lock_folder(out, since=utc_now(), tag=driver_tag())
+    if lock.stale:
+        say(f"took over the stale lock of {lock.stale}: that process is gone")
+    if lock.stale_tag:
+        killed = kill_driver_leftovers(lock.stale_tag)
+        if killed:
+            say(f"killed {len(killed)} process(es) the dead driver had left running (pids "
+                f"{', '.join(map(str, killed[:8]))}{' ...' if len(killed) > 8 else ''})")
+    return lock
+
+
+def check_set_once(overrides) -> None:
+    """``--set knob=a --set knob=b``: refused rather than silently taking the last."""
+    seen: dict[str, str] = {}
+    for pair in overrides:
+        name, eq, raw = pair.partition("=")
+        if not eq:
+            continue
+        if name.strip() in seen:
+            raise UserError(f"--set {name.strip()}: given twice ({seen[name.strip()]!r} and {raw!r}); give each knob "
+                            "once")
+        seen[name.strip()] = raw
+
+
+def run_one(plan_path: Path, overrides, out_dir: Path | None,
+            say: Callable[[str], None] = lambda line: None) -> tuple[TrialResult, Path]:
+    """``perftune run``: one burst of the plan's baseline with ``overrides`` (``knob=value`` strings).  The trial
+    folder is locked as a sweep's is (a driver that died there has its leftovers killed first)."""
     plan = load_plan(plan_path)
+    check_set_once(overrides)
     knob_values = parse_set_options(list(overrides))
     if isinstance(plan.workload, ScriptWorkload):
         check_set_routes(plan.workload, knob_values)
@@ -53,7 +84,11 @@ def run_one(plan_path: Path, overrides, out_dir: Path | None) -> tuple[TrialResu
     check_own_trial_folder(Path(trial_dir))
     if spec.burst.profile_steps > 0:
         check_profiler_path(Path(trial_dir))
-    return run_trial(spec, trial_dir), Path(trial_dir)
+    lock = take_folder(Path(trial_dir), say)
+    try:
+        return run_trial(spec, trial_dir), Path(trial_dir)
+    finally:
+        lock.release()
 
 
 def sweep(plan: Plan, out: Path, plan_path: Optional[Path] = None, fresh: bool = False,
@@ -73,10 +108,11 @@ def sweep(plan: Plan, out: Path, plan_path: Optional[Path] = None, fresh: bool =
     check_own_folder(out)
     if plan.burst.profile_steps > 0:
         check_profiler_path(out)
-    lock = lock_folder(out, since=utc_now())
+    lock = take_folder(out, say)
     try:
-        if lock.stale:
-            say(f"took over the stale lock of {lock.stale}: that process is gone")
+        contained = containment_probe()
+        if not contained.startswith("cgroup"):
+            say(f"processes of each trial held by: {contained}")
         mark_own(out)
         if fresh:
             kept = clear_own(out)

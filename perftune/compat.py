@@ -107,3 +107,33 @@ def mathtext_off() -> dict[str, Any]:
     import matplotlib
 
     return {"text.parse_math": False} if "text.parse_math" in matplotlib.rcParams else {}
+
+
+#: what NumPy 2 prints when a module built against NumPy 1.x asks for its C API (MindSpore's eager-op parser does,
+#: once per process, on the first eager op, then carries on without it): a warning with two tracebacks, no error
+NUMPY_ABI_WARNING = "A module that was compiled using NumPy 1.x cannot be run in"
+
+
+def first_eager_op() -> None:
+    """Run one throw-away eager op, so that what MindSpore does once per process on the first one (under NumPy 2:
+    ask for NumPy's 1.x C API, which prints ``NUMPY_ABI_WARNING`` with two tracebacks, and may raise SystemError)
+    happens here, outside any measured step and without its noise.
+
+    Filtered at its source and nowhere else: Python's ``sys.stderr`` is held for this one op only, and what it
+    received is dropped only when it is that known warning; anything else is written out as it was."""
+    import io
+    import sys
+
+    import numpy as np
+    import mindspore as ms
+
+    held, sys.stderr = sys.stderr, io.StringIO()
+    try:
+        try:
+            (ms.Tensor(np.ones(1, np.float32)) + 1).asnumpy()
+        except SystemError:
+            pass
+    finally:
+        said, sys.stderr = sys.stderr.getvalue(), held
+    if said and NUMPY_ABI_WARNING not in said:
+        sys.stderr.write(said)

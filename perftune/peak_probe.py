@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 
 from perftune.errors import UserError
+from perftune.compat import first_eager_op
 from perftune.io.peak_cache import PeakRecord, read_peak, write_peak
 
 DEFAULT_SIZE = 2048
@@ -51,10 +52,7 @@ def measure_peak(device: str = "CPU", size: int = DEFAULT_SIZE, seconds: float =
     try:
         ms.set_device(device)
         ms.set_context(mode=ms.PYNATIVE_MODE)
-        try:
-            (ms.Tensor(np.ones(1, np.float32)) + 1).asnumpy()  # NumPy 2: the first eager op of a process may raise
-        except SystemError:
-            pass
+        first_eager_op()  # NumPy 2: the first eager op of a process may raise and prints a known warning
         (ms.Tensor(np.ones(1, np.float32)) + 1).asnumpy()
     except (RuntimeError, ValueError, TypeError) as exc:
         reason = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)

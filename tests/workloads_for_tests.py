@@ -51,3 +51,50 @@ def newer_trial_file(params: dict, seed: int):
 
     atexit.register(leave_a_newer_file)
     raise RuntimeError("about to leave a trial.json from the future")
+
+
+def _escapees(marker: str) -> None:
+    """A ``setsid`` grandchild and a double-forked daemon (its parent exits at once: it is re-parented), both
+    sleeping with ``marker`` on their command line."""
+    import os
+    import subprocess
+    import sys
+
+    sleeper = [sys.executable, "-c", "import time; time.sleep(300)", marker]
+    subprocess.Popen(sleeper, start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL)
+    middle = subprocess.Popen([sys.executable, "-c", (
+        "import os, subprocess, sys\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,"
+        " stderr=subprocess.DEVNULL)\n"
+        "os._exit(0)\n"), *sleeper])
+    middle.wait()
+
+
+def escaping_trainer(params: dict, seed: int):
+    """The tiny MLP, after starting a ``setsid`` grandchild and a double-forked daemon; ``stall``: "train" sleeps
+    after that (the burst is busy), "profile" sleeps when the profiler starts its analysis (the burst parses its
+    profile), none trains normally.  ``started_file`` gets the phase when it is reached."""
+    from perftune.workloads import mlp
+
+    own = {k: params.pop(k, None) for k in ("marker", "started_file", "stall")}
+    _escapees(own["marker"])
+
+    def reached(phase: str) -> None:
+        with open(own["started_file"], "a") as fh:
+            fh.write(phase + "\n")
+
+    if own["stall"] == "profile":
+        from perftune.profile.session import ProfilerSession
+
+        def analyse_forever(self):
+            reached("profile")
+            time.sleep(300)
+
+        ProfilerSession.stop_and_analyse = analyse_forever
+    reached("train")
+    if own["stall"] == "train":
+        time.sleep(300)
+    return mlp.build(params, seed)

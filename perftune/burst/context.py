@@ -11,7 +11,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-import numpy as np
 
 from perftune import __version__, compat, knobs as knob_registry
 from perftune.burst import amp_check
@@ -132,13 +131,9 @@ def walk(node):
 
 
 def first_eager_op() -> None:
-    """Under NumPy 2 the first eager op raises (see mindspore-notes.md); take that hit outside the step."""
-    import mindspore as ms
-
-    try:
-        (ms.Tensor(np.ones(1, np.float32)) + 1).asnumpy()
-    except SystemError:
-        pass
+    """Under NumPy 2 the first eager op raises (see mindspore-notes.md); take that hit outside the step (and
+    without its known warning: ``compat.first_eager_op``)."""
+    compat.first_eager_op()
 
 
 def single_process_notes(k: dict) -> list[Note]:

@@ -102,7 +102,10 @@ def load_side(path: str | Path, name: str) -> Side:
     if p.is_dir():
         files = [p / n for n in (RESULTS_NAME, TRIAL_NAME) if (p / n).is_file()][:1]
         if not files:
-            subs = sorted(d for d in p.iterdir() if d.is_dir())
+            try:
+                subs = sorted(d for d in p.iterdir() if d.is_dir())
+            except OSError as exc:
+                raise UserError(f"{name} {p}: cannot be read ({exc.strerror or exc})") from None
             files = ([d / RESULTS_NAME for d in subs if (d / RESULTS_NAME).is_file()]
                      or [d / TRIAL_NAME for d in subs if (d / TRIAL_NAME).is_file()])
         if not files:

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from perftune import knobs
 from perftune.engine.plan_yaml import MAX_PLAN_BYTES, PlanYAMLError, load_bounded
 from perftune.errors import UserError
+from perftune.io.files import check_regular
 from perftune.io.plan import Plan
 from perftune.engine.script_plan import check_script_workload
 from perftune.workloads import check_reference
@@ -197,6 +198,8 @@ def parse_plan(data: Any, source: str = "plan", base_dir: Path | None = None) ->
 
 def load_plan(path: str | Path) -> Plan:
     path = Path(path)
+    if path.exists():
+        check_regular(path)  # before opening: a FIFO without a writer would block
     try:
         with open(path, "rb") as fh:
             raw = fh.read(MAX_PLAN_BYTES + 1)  # never more: a plan of gigabytes is refused, not read

@@ -9,6 +9,9 @@ Every reader goes through :func:`read_json` (one wording for missing, empty, bin
 from __future__ import annotations
 
 import json
+import math
+import os
+import stat
 from pathlib import Path
 from typing import Any, Optional
 
@@ -28,6 +31,11 @@ MSRUN_LOG_DIR = "msrun_logs"  # msrun's --log_dir inside the trial folder: worke
 SWEEP_KIND = "perftune-sweep"
 #: the environment variable that tells a rank (and a sweep on another machine) its node number
 NODE_RANK_ENV = "PERFTUNE_NODE_RANK"
+#: what a trial folder holds that the runner wrote (a redone trial clears them; ``--fresh`` deletes only these)
+TRIAL_OUTPUTS = ("profile", "kernel_meta", "rank_*", MSRUN_LOG_DIR, LOG_NAME, TRIAL_NAME, ".*.tmp")
+#: limits on every JSON file perftune reads: its own are a few MB and a few levels deep
+MAX_JSON_BYTES = 256 * 1024 * 1024
+MAX_JSON_DEPTH = 64
 
 
 def rank_dir_name(rank: int | str) -> str:
@@ -40,24 +48,99 @@ def rank_log_name(rank: int | str) -> str:
     return f"{MSRUN_LOG_DIR}/worker_{rank}.log"
 
 
-def read_json(path: Path, expected: str = "a perftune results.json or trial.json") -> Any:
-    """The parsed JSON of ``path``; a ``UserError`` naming the file and what is wrong with it otherwise."""
-    path = Path(path)
+def file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_regular(path: Path, max_bytes: int = MAX_JSON_BYTES) -> None:
+    """Refuse, before opening it (a FIFO would block), anything that is not a regular file of at most ``max_bytes``."""
     try:
-        raw = path.read_bytes()
+        st = os.stat(path)
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UserError(f"{path}: {file_kind(st.st_mode)}, not a regular file; perftune reads only regular files")
+    if st.st_size > max_bytes:
+        raise UserError(f"{path}: {st.st_size} bytes, more than the {max_bytes // 2**20} MiB perftune reads")
+
+
+class _NotFinite(ValueError):
+    pass
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(text)
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise _NotFinite(text)
+
+
+def json_depth_exceeds(data: Any, limit: int) -> bool:
+    """Whether ``data`` nests deeper than ``limit`` (iterative: a deep file must not exhaust the stack here)."""
+    stack = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return False
+
+
+def read_json(path: Path, expected: str = "a perftune results.json or trial.json") -> Any:
+    """The parsed JSON of ``path``; a ``UserError`` naming the file and what is wrong with it otherwise.
+
+    Bounded: a regular file (never a FIFO or device), at most ``MAX_JSON_BYTES``, nested at most ``MAX_JSON_DEPTH``
+    levels, numbers finite (perftune writes no NaN or Infinity)."""
+    path = Path(path)
+    check_regular(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     if not raw.strip():
         raise UserError(f"{path}: empty file (expected {expected})")
+    deep = False
     try:
-        return json.loads(raw)
+        data = json.loads(raw, parse_float=_finite_float, parse_constant=_no_constant)
     except UnicodeDecodeError:
         raise UserError(f"{path}: not a text file (expected {expected})") from None
+    except _NotFinite as exc:
+        raise UserError(f"{path}: holds the number {exc}, which perftune never writes (only finite numbers): the "
+                        "file is corrupted or was edited") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: corrupted or truncated JSON ({exc.msg} at line {exc.lineno}, "
                         f"column {exc.colno})") from None
+    except RecursionError:  # deeper than the interpreter's recursion limit
+        deep, data = True, None
+    if deep or json_depth_exceeds(data, MAX_JSON_DEPTH):
+        raise UserError(f"{path}: nested more than {MAX_JSON_DEPTH} levels deep (perftune's files are a few levels "
+                        "deep): not a perftune file")
+    return data
+
+
+def unusable_windows(result: TrialResult) -> Optional[str]:
+    """Why an ok trial's timed windows cannot be used (a throughput or time that is not > 0), or None.
+
+    The one rule of what is unusable, so ``report`` and ``compare`` refuse the same files."""
+    if result.status != "ok":
+        return None
+    for w in result.windows:
+        for name, value in (("throughput", w.samples_per_s), ("time", w.total_ms)):
+            if value is None or not value > 0:
+                return (f"trial {result.trial_id} has an unusable window {name} ({value!r}; expected finite numbers "
+                        "> 0): the file is corrupted or was edited")
+    return None
 
 
 def _validate(model, data: dict, path: Path, name: str):
@@ -87,7 +170,11 @@ def read_sweep(path: str | Path) -> SweepResult:
     data = read_json(path, "a perftune results.json")
     if not is_sweep(data):
         raise UserError(f"{path}: not a perftune results.json (no \"kind\": \"{SWEEP_KIND}\")")
-    return _validate(SweepResult, upgrade_results(data, path), path, RESULTS_NAME)
+    sweep = _validate(SweepResult, upgrade_results(data, path), path, RESULTS_NAME)
+    for t in sweep.trials:
+        if (why := unusable_windows(t.result)) is not None:
+            raise UserError(f"{path}: {why}")
+    return sweep
 
 
 def read_trial(path: str | Path) -> TrialResult:
@@ -96,7 +183,10 @@ def read_trial(path: str | Path) -> TrialResult:
     data = read_json(path, "a perftune trial.json")
     if not is_trial(data):
         raise UserError(f"{path}: not a perftune trial.json")
-    return _validate(TrialResult, upgrade_trial(data, path), path, TRIAL_NAME)
+    result = _validate(TrialResult, upgrade_trial(data, path), path, TRIAL_NAME)
+    if (why := unusable_windows(result)) is not None:
+        raise UserError(f"{path}: {why}")
+    return result
 
 
 def read_trial_if_present(path: str | Path) -> Optional[TrialResult]:

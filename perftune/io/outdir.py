@@ -4,7 +4,9 @@ Two sweeps writing one folder run every trial twice and lose each other's profil
 ``--fresh`` must never delete a file perftune did not write.  So a sweep first checks that the folder is its own
 (empty, or marked by ``.perftune-sweep``, or holding a perftune ``results.json`` from before the marker existed),
 then takes ``.perftune.lock`` (``flock``: the kernel drops it when its owner dies, even by SIGKILL; the file names
-the owner's PID and host for the message), and ``--fresh`` deletes only perftune's own files.
+the owner's PID, host and driver tag: a later owner kills what a dead one left running), and ``--fresh`` deletes
+only perftune's own files: in a trial folder, what the runner writes there (``files.TRIAL_OUTPUTS``), never a
+user's file beside them.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from perftune.errors import UserError
-from perftune.io.files import RESULTS_NAME, SPEC_NAME, SWEEP_KIND, TRIALS_DIR
+from perftune.io.files import RESULTS_NAME, SPEC_NAME, SWEEP_KIND, TRIAL_OUTPUTS, TRIALS_DIR, read_json
 
 LOCK_NAME = ".perftune.lock"
 MARKER_NAME = ".perftune-sweep"
@@ -39,8 +41,8 @@ def cannot_write(path: Path, exc: OSError) -> UserError:
 
 def _is_own_results(path: Path) -> bool:
     try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        data = read_json(path)  # bounded: a hostile file is "not ours", never a crash
+    except UserError:
         return False
     return isinstance(data, dict) and data.get("kind") == SWEEP_KIND
 
@@ -75,7 +77,8 @@ def check_own_folder(out: Path) -> None:
 def check_own_trial_folder(trial_dir: Path) -> None:
     """``perftune run --out DIR``: DIR must be empty, new, or a trial folder perftune made (it holds spec.json)."""
     trial_dir = Path(trial_dir)
-    if trial_dir.is_dir() and any(trial_dir.iterdir()) and not (trial_dir / SPEC_NAME).is_file():
+    held = trial_dir.is_dir() and any(p.name != LOCK_NAME for p in trial_dir.iterdir())
+    if held and not (trial_dir / SPEC_NAME).is_file():
         raise UserError(f"{trial_dir}: holds files perftune did not write; a trial runs only in an empty folder or "
                         "one of its own trial folders (choose another --out)")
 
@@ -97,6 +100,8 @@ class FolderLock:
     path: Path
     fd: int
     stale: Optional[str] = None
+    #: the dead owner's driver tag where it ran on this host (its leftover processes carry it), else None
+    stale_tag: Optional[str] = None
 
     def release(self) -> None:
         if self.fd < 0:
@@ -117,8 +122,22 @@ def _owner_text(raw: str) -> str:
         return "another process"
 
 
-def lock_folder(out: Path, since: str = "") -> FolderLock:
-    """Take the folder's lock or raise ``UserError`` naming its owner; a dead owner's lock is taken over."""
+def _stale_tag(raw: str) -> Optional[str]:
+    """The driver tag of a dead owner that ran on this host (``pid-`` for a lock written before tags existed)."""
+    try:
+        owner = json.loads(raw)
+        if owner.get("host") != socket.gethostname():
+            return None
+        return str(owner.get("tag") or f"{int(owner['pid'])}")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def lock_folder(out: Path, since: str = "", tag: str = "") -> FolderLock:
+    """Take the folder's lock or raise ``UserError`` naming its owner; a dead owner's lock is taken over.
+
+    ``tag`` (the driver's, ``runner.cgroup.driver_tag``) is written in the lock so that a later owner can kill the
+    processes this one leaves if it dies (``stale_tag``)."""
     out = Path(out)
     path = out / LOCK_NAME
     try:
@@ -148,14 +167,14 @@ def lock_folder(out: Path, since: str = "") -> FolderLock:
             continue
         previous = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
         stale = _owner_text(previous) if previous else None
-        text = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since}) + "\n"
+        text = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since, "tag": tag}) + "\n"
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, text.encode(), 0)
         except OSError as exc:
             os.close(fd)
             raise cannot_write(path, exc) from None
-        return FolderLock(path, fd, stale)
+        return FolderLock(path, fd, stale, _stale_tag(previous) if previous else None)
     raise UserError(f"{out}: the lock {LOCK_NAME} keeps changing hands; is another sweep starting there?")
 
 
@@ -165,6 +184,21 @@ def mark_own(out: Path) -> None:
     if not marker.exists():
         marker.write_text("This folder holds a perftune sweep: perftune writes and deletes only its own files "
                           "here.\n", encoding="utf-8")
+
+
+def clear_trial_outputs(trial_dir: Path, spec_too: bool = False) -> list[str]:
+    """Delete what perftune writes in a trial folder (``TRIAL_OUTPUTS``, and ``spec.json`` with ``spec_too``) and
+    the folder where nothing else is left; a user's file beside them stays.  Returns what was left in place."""
+    for pattern in TRIAL_OUTPUTS + ((SPEC_NAME,) if spec_too else ()):
+        for path in Path(trial_dir).glob(pattern):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+    left = sorted(str(p) for p in Path(trial_dir).iterdir())
+    if spec_too and not left:
+        Path(trial_dir).rmdir()
+    return left
 
 
 def clear_own(out: Path) -> list[str]:
@@ -180,7 +214,7 @@ def clear_own(out: Path) -> list[str]:
     if trials.is_dir() and not trials.is_symlink():
         for child in sorted(trials.iterdir()):
             if _is_own_trial_dir(child):
-                shutil.rmtree(child)
+                kept += clear_trial_outputs(child, spec_too=True)
             else:
                 kept.append(str(child))
         if not kept:

@@ -7,7 +7,6 @@ MindSpore release never stands in for this one's.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Optional
@@ -54,12 +53,15 @@ def peak_key(host: str, device: str, mindspore_version: str) -> str:
 
 
 def _read_all(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    """Every cached record (bounded like every JSON perftune reads: ``files.read_json``)."""
+    from perftune.io.files import read_json
+
+    if not os.path.lexists(path):
         return {}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: unreadable peak cache ({exc}); delete it or run `perftune peak --refresh`") from None
+    try:
+        data = read_json(path, "a perftune peak cache")
+    except UserError as exc:
+        raise UserError(f"unreadable peak cache: {exc}; delete it or run `perftune peak --refresh`") from None
     peaks = data.get("peaks") if isinstance(data, dict) else None
     if not isinstance(peaks, dict):
         raise UserError(f"{path}: not a perftune peak cache (no \"peaks\"); delete it or run `perftune peak --refresh`")

@@ -319,6 +319,8 @@ class TrialResult(Record):
     straggler_rank: Optional[int] = None  # the rank with the slowest median timed step
     rank_spread: Optional[float] = None  # (slowest - fastest) / fastest median timed step over the ranks
     node: Optional[NodeRecord] = None  # the cluster node that ran it (schema 3); None: run locally
+    #: what held every process of the trial so that none outlived it (a cgroup v2, or the fallback), runner-set
+    containment: Optional[str] = None
 
     @property
     def step_ms_mean(self) -> Optional[float]:

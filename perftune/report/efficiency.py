@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from perftune.errors import UserError
 from perftune.io.peak_cache import PeakRecord, cache_path, read_peak
 from perftune.io.records import Environment
 from perftune.io.sweep_records import SweepTrial
@@ -62,7 +63,11 @@ def peak_text(peak: Optional[PeakRecord], env: Optional[Environment]) -> str:
 
 def efficiency(trials: list[SweepTrial], env: Optional[Environment], labels: dict[str, str]) -> Efficiency:
     """MFU rows for the ok trials (``labels``: trial id -> the label the report shows)."""
-    peak = read_peak(env.host, env.device, env.mindspore_version) if env else None
+    try:
+        peak = read_peak(env.host, env.device, env.mindspore_version) if env else None
+        ignored = None
+    except UserError as exc:  # a corrupt cache never blocks a report: MFU is unknown, and the report says why
+        peak, ignored = None, f"MFU unknown: the cached peak was ignored ({exc})"
     rows = []
     for t in trials:
         r = t.result
@@ -78,4 +83,4 @@ def efficiency(trials: list[SweepTrial], env: Optional[Environment], labels: dic
             "mfu_text": f"{value:.2%}" if value is not None else
             ("unknown (the workload gives no FLOPs per sample)" if not r.flops_per_sample else "unknown (no peak)"),
         })
-    return Efficiency(peak=peak, peak_text=peak_text(peak, env), rows=rows)
+    return Efficiency(peak=peak, peak_text=ignored or peak_text(peak, env), rows=rows)

@@ -3,7 +3,10 @@
 TensorBoard: one run (a sub-folder of OUT) per trial, named by the trial's label, so ``tensorboard --logdir OUT``
 draws the trials side by side.  The x axis (TensorBoard's "step") is **samples seen**, perftune's own yardstick:
 trials with different batch sizes line up at equal data, as the accuracy gate compares them.  Event files are
-written by ``tensorboardX`` (a maintained writer), never by hand.
+written by ``tensorboardX`` (a maintained writer), never by hand, and synchronously (its ``EventsWriter``, not the
+``SummaryWriter``'s writer thread, which on a full disk dies with a traceback and leaves the export hanging on its
+queue): a failed write is one line and exit 2.  ``OUT/.perftune-export.json`` lists the files each run wrote, and a
+new export deletes only those: a user's file in a run folder stays.
 
 CSV: every step of every trial (accuracy, warm-up, timed and profiled phases), one row each, with the trial's
 label, verdict and knobs, for pandas.  The per-step rows live in ``trials/<id>/trial.json`` (``results.json``
@@ -13,7 +16,7 @@ drops them); a trial without that file is listed as skipped, not an error.
 from __future__ import annotations
 
 import re
-import shutil
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -22,8 +25,9 @@ from typing import Optional
 import pandas as pd
 
 from perftune.errors import UserError
+from perftune.io.files import read_json
 from perftune.io.records import TrialResult
-from perftune.io.store import write_text_atomic
+from perftune.io.store import write_json_atomic, write_text_atomic
 from perftune.io.sweep_records import SweepTrial
 from perftune.report.load import SweepFolder, load_folder
 
@@ -38,6 +42,8 @@ TAG_STEP_THROUGHPUT = "throughput/samples_per_s"
 TAG_WINDOW_THROUGHPUT = "throughput/window_samples_per_s"
 #: the phase whose steps are perftune's speed measurement (unprofiled, after warm-up and compile)
 TIMED = "timed"
+#: in the TensorBoard folder: run name -> the files perftune wrote there (the only ones a new export deletes)
+MANIFEST = ".perftune-export.json"
 
 
 @dataclass
@@ -125,12 +131,67 @@ def write_trial_events(writer, trial: SweepTrial, result: TrialResult) -> None:
                              f"{': ' + trial.reason if trial.reason else ''}\n\nknobs: {knobs}", 0)
 
 
+class EventWriter:
+    """One run's event file, written synchronously by tensorboardX's ``EventsWriter`` (``add_scalar`` and
+    ``add_text`` as ``SummaryWriter`` has them): an ``OSError`` comes back to the caller, nothing hangs."""
+
+    def __init__(self, run_dir: Path):
+        from tensorboardX.event_file_writer import EventsWriter
+
+        run_dir.mkdir(parents=True, exist_ok=True)
+        before = set(run_dir.iterdir())
+        self.events = EventsWriter(str(run_dir / "events"))
+        #: the file it writes (for the manifest)
+        self.files = sorted(p.name for p in set(run_dir.iterdir()) - before)
+
+    def _add(self, summary, step: int, walltime: Optional[float]) -> None:
+        from tensorboardX.proto.event_pb2 import Event
+
+        self.events.write_event(Event(summary=summary, step=int(step),
+                                      wall_time=time.time() if walltime is None else walltime))
+
+    def add_scalar(self, tag: str, value: float, step: int, walltime: Optional[float] = None) -> None:
+        from tensorboardX import summary
+
+        self._add(summary.scalar(tag, float(value)), step, walltime)
+
+    def add_text(self, tag: str, text: str, step: int) -> None:
+        from tensorboardX import summary
+
+        self._add(summary.text(tag, text), step, None)
+
+    def close(self) -> None:
+        self.events.close()
+
+
+def _read_manifest(out: Path) -> dict[str, list[str]]:
+    try:
+        data = read_json(out / MANIFEST, "a perftune export manifest")
+    except UserError:
+        return {}
+    runs = data.get("runs") if isinstance(data, dict) else None
+    return {k: [f for f in v if isinstance(f, str)] for k, v in runs.items() if isinstance(v, list)} \
+        if isinstance(runs, dict) else {}
+
+
+def _remove_own(out: Path, name: str, files: list[str]) -> None:
+    """Delete the files an earlier export wrote in run ``name`` (only those), and the folder if nothing is left."""
+    run_dir = out / name
+    for f in files:
+        path = run_dir / f
+        if "/" not in f and path.is_file() and not path.is_symlink():
+            path.unlink()
+    if run_dir.is_dir() and not any(run_dir.iterdir()):
+        run_dir.rmdir()
+
+
 def export_tensorboard(results_dir: Path, out: Path) -> ExportSummary:
     """Write one TensorBoard run per trial of the sweep in ``results_dir`` under ``out``.
 
-    A run folder that already exists is replaced, so exporting twice gives the same files, not doubled curves."""
+    A run an earlier export wrote is replaced (its files, as listed in the manifest), so exporting twice gives the
+    same curves, not doubled ones; a disk that is full or read-only is one line (``UserError``)."""
     try:
-        from tensorboardX import SummaryWriter
+        import tensorboardX  # noqa: F401
     except ImportError:
         raise UserError("--tensorboard needs the tensorboardX package (pip install tensorboardX)") from None
     folder = _load(results_dir)
@@ -138,19 +199,21 @@ def export_tensorboard(results_dir: Path, out: Path) -> ExportSummary:
     summary = ExportSummary(out=out)
     trials = _trials_with_steps(folder, summary)
     names = unique_run_names([t for t, _ in trials])
-    for trial, result in trials:
-        run_dir = out / names[trial.trial_id]
-        if run_dir.exists():
-            shutil.rmtree(run_dir)
-        try:
-            writer = SummaryWriter(logdir=str(run_dir), flush_secs=3600)
-        except OSError as exc:
-            raise UserError(f"{run_dir}: cannot be written ({exc.strerror or exc})") from None
-        try:
-            write_trial_events(writer, trial, result)
-        finally:
-            writer.close()
-        summary.runs[names[trial.trial_id]] = trial.trial_id
+    manifest = _read_manifest(out)
+    try:
+        for trial, result in trials:
+            name = names[trial.trial_id]
+            _remove_own(out, name, manifest.pop(name, []))
+            writer = EventWriter(out / name)
+            try:
+                manifest[name] = writer.files
+                write_json_atomic(out / MANIFEST, {"runs": manifest})  # before the file fills: it is listed
+                write_trial_events(writer, trial, result)
+            finally:
+                writer.close()
+            summary.runs[name] = trial.trial_id
+    except OSError as exc:
+        raise UserError(f"{exc.filename or out}: cannot be written ({exc.strerror or exc})") from None
     return summary
 
 

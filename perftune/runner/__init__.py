@@ -7,28 +7,23 @@ it.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Optional
 
-from perftune.io.files import LOG_NAME, MSRUN_LOG_DIR, SPEC_NAME, TRIAL_NAME
+from perftune.io.files import SPEC_NAME, TRIAL_NAME, TRIAL_OUTPUTS
+from perftune.io.outdir import clear_trial_outputs
 from perftune.io.records import TrialResult, TrialSpec
 from perftune.io.store import write_json_atomic
 
 
 #: what an unfinished attempt leaves in a trial folder: a redone trial must not find (and mix in) any of it; the
 #: profiler refuses a folder holding a second run ("two profiler folders for rank 0")
-PARTIAL = ("profile", "kernel_meta", "rank_*", MSRUN_LOG_DIR, LOG_NAME, TRIAL_NAME, ".*.tmp")
+PARTIAL = TRIAL_OUTPUTS
 
 
 def clear_partial(trial_dir: Path) -> None:
     """Remove the outputs of an earlier attempt at this trial (never ``spec.json``, never other files)."""
-    for pattern in PARTIAL:
-        for path in Path(trial_dir).glob(pattern):
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+    clear_trial_outputs(trial_dir)
 
 
 def run_trial(spec: TrialSpec, trial_dir: Path, timeout_s: Optional[float] = None) -> TrialResult:

@@ -18,7 +18,7 @@ from perftune.io.files import LOG_NAME, TRIAL_NAME, read_trial_if_present
 from perftune.io.records import TrialResult, TrialSpec
 from perftune.io.derived import failed_result
 from perftune.io.store import write_json_atomic
-from perftune.runner.process import (BURST_MODULE, burst_env, classify_exit, die_with_parent, kill_group,
+from perftune.runner.process import (BURST_MODULE, burst_env, child_setup, classify_exit, kill_group,
                                      killed_from_outside, log_tail)
 from perftune.runner.reaper import TrialProcesses, oom_kills
 
@@ -34,8 +34,10 @@ def run_local(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> TrialResult
         proc = subprocess.Popen(
             [sys.executable, "-m", BURST_MODULE, str(trial_dir.resolve())],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=trial_procs.env(burst_env()), start_new_session=True, preexec_fn=die_with_parent, cwd=str(trial_dir.resolve()),
+            env=trial_procs.env(burst_env()), start_new_session=True, preexec_fn=child_setup(trial_procs),
+            cwd=str(trial_dir.resolve()),
         )
+        trial_procs.started(proc.pid)
         status: Optional[str] = None
         reason: Optional[str] = None
         try:
@@ -71,5 +73,6 @@ def run_local(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> TrialResult
     if result.status != "ok" and not result.log_tail:
         result.log_tail = log_tail(log_path)
     result.wall_s = wall_s
+    result.containment = trial_procs.containment
     write_json_atomic(result_path, result.model_dump(mode="json"))
     return result

@@ -61,8 +61,8 @@ from perftune.runner.process import (
     BURST_MODULE,
     alive,
     burst_env,
+    child_setup,
     classify_exit,
-    die_with_parent,
     kill_all,
     kill_group,
     killed_from_outside,
@@ -163,6 +163,7 @@ class _Outcome:
     exit_code: Optional[int] = None  # of the dead rank (rank_died) or of msrun (msrun_exited), where known
     dead: tuple[int, ...] = ()  # rank_died: every rank found dead without a result in the same look
     oom_kills: Optional[int] = None  # the cgroup's out-of-memory kills during this attempt (None: not readable)
+    containment: str = ""  # what held the trial's processes (reaper.TrialProcesses.containment)
 
 
 def run_distributed(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> TrialResult:
@@ -179,6 +180,7 @@ def run_distributed(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> Trial
         if outcome.port_in_use and pick and attempt + 1 < PORT_ATTEMPTS:
             continue
         result = _result_of(spec, trial_dir, cluster, port, outcome, local, timeout_s)
+        result.containment = outcome.containment
         break
     assert result is not None
     result.wall_s = time.perf_counter() - started
@@ -210,7 +212,8 @@ def _run_once(spec: TrialSpec, trial_dir: Path, cluster: Cluster, port: int,
         log.write(f"$ {' '.join(cmd)}\n".encode())
         log.flush()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True, preexec_fn=die_with_parent, cwd=str(trial_dir))
+                                start_new_session=True, preexec_fn=child_setup(leftovers), cwd=str(trial_dir))
+        leftovers.started(proc.pid)
         watch = _Watch(proc, trial_dir, cluster)
         try:
             outcome = watch.wait(deadline)
@@ -227,7 +230,8 @@ def _run_once(spec: TrialSpec, trial_dir: Path, cluster: Cluster, port: int,
                 outcome.exit_code = proc.returncode
         finally:  # also on Ctrl-C: nothing of this trial may outlive it
             watch.stop()
-            leftovers.kill_leftovers()
+            leftovers.kill_leftovers()  # the trial's cgroup: every rank's setsid'd children and daemons at once
+    outcome.containment = leftovers.containment
     return outcome, watch.results
 
 

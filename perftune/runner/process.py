@@ -11,11 +11,11 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import psutil
 
-from perftune.runner.reaper import killed_by_signal
+from perftune.runner.reaper import TrialProcesses, killed_by_signal
 
 KILL_GRACE_S = 3.0
 BURST_MODULE = "perftune.burst"  # started by name (python -m): the launchers never import the child's code
@@ -73,6 +73,16 @@ def die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def child_setup(procs: TrialProcesses) -> Callable[[], None]:
+    """The launched child's pre-exec set-up: die with the sweep, join the trial's cgroup."""
+
+    def setup() -> None:
+        die_with_parent()
+        procs.enter()
+
+    return setup
 
 
 def burst_env() -> dict[str, str]:

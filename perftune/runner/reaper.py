@@ -4,7 +4,8 @@ A burst's process group does not hold everything: a grandchild that calls ``sets
 parent died is re-parented away from us.  The sweep process therefore marks itself a *child subreaper* (Linux
 ``PR_SET_CHILD_SUBREAPER``): every orphaned descendant of a trial is re-parented to the sweep instead of init, so
 after the trial the sweep sees it among its own children and kills it.  ``TrialProcesses`` remembers which children
-existed before the trial, so only the trial's own leftovers are touched.
+existed before the trial, so only the trial's own leftovers are touched.  Where cgroups are writable, each trial
+also has a cgroup of its own (``cgroup.py``) that holds every descendant, killed whole first; the rest is the fallback.
 
 The cgroup's ``memory.events`` counts the kernel's out-of-memory kills (``oom_kill``): a burst that died from
 SIGKILL while that counter grew was most likely killed for memory; one that died from SIGKILL without it was
@@ -17,10 +18,13 @@ import ctypes
 import os
 import signal
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import psutil
+
+from perftune.runner.cgroup import TrialCgroup, containment_text, driver_tag, kill_stale_cgroups
 
 PR_SET_CHILD_SUBREAPER = 36
 #: set in the environment of every process of a trial (inherited by its descendants): whose orphan is it
@@ -51,7 +55,8 @@ def _tree(p: psutil.Process) -> list[psutil.Process]:
 
 
 class TrialProcesses:
-    """The processes of one trial: its process tree while it runs, and the orphans it leaves to the sweep.
+    """The processes of one trial: its cgroup where cgroups are writable (``cgroup.py``), its process tree while it
+    runs, and the orphans it leaves to the sweep.
 
     Every process of the trial inherits ``TOKEN_ENV`` = this trial's token from the launcher's environment, so an
     orphan re-parented to the sweep is recognised as this trial's even where several trials run at once in one
@@ -59,9 +64,25 @@ class TrialProcesses:
 
     def __init__(self) -> None:
         become_subreaper()
-        self.token = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self.token = f"{driver_tag()}-{uuid.uuid4().hex[:8]}"
         self.before = {p.pid for p in _children()}
         self.seen: set[psutil.Process] = set()
+        self.cgroup, self.why_not = TrialCgroup.open(self.token)
+
+    def enter(self) -> None:
+        """In the launched child, before ``exec``: join the trial's cgroup (nothing where there is none)."""
+        if self.cgroup is not None:
+            self.cgroup.enter()
+
+    def started(self, pid: int) -> None:
+        """After the launch: where the child could not join the cgroup, say so and rely on the fallback."""
+        if self.cgroup is not None and not self.cgroup.holds(pid):
+            self.cgroup.kill()
+            self.cgroup, self.why_not = None, "the launched process could not join its cgroup"
+
+    @property
+    def containment(self) -> str:
+        return containment_text(self.cgroup, self.why_not)
 
     def env(self, env: dict[str, str]) -> dict[str, str]:
         """``env`` with this trial's token: pass it to the launched process."""
@@ -83,22 +104,75 @@ class TrialProcesses:
     def kill_leftovers(self, timeout: float = 5.0) -> list[int]:
         """SIGKILL every remembered descendant and every orphan of this trial re-parented to us; reap them.
 
-        Returns the PIDs that were still alive (for tests and logs)."""
-        victims = set(self.seen)
+        Returns the PIDs that were still alive (for tests and logs).  Ctrl-C, SIGTERM and SIGHUP wait until it is
+        done (they are raised afterwards): a clean-up cut short would leave processes behind."""
+        with signals_held():
+            victims = self._victims(set(self.seen))  # found first: after the cgroup's kill an orphan's environment
+            in_cgroup = self.cgroup.kill() if self.cgroup is not None else []  # is gone
+            killed = set(in_cgroup) | set(_kill_and_reap(victims, timeout))
+            for _ in range(3):  # a tree in flux (a parent exiting while looked at) hides its child for a moment
+                again = _kill_and_reap(self._victims(set()), timeout)
+                if not again:
+                    break
+                killed.update(again)
+            return sorted(killed)
+
+    def _victims(self, victims: set[psutil.Process]) -> set[psutil.Process]:
+        """``victims`` and every process of this trial re-parented to us (with their descendants)."""
         for child in _children():
             if child.pid not in self.before:
                 victims.update(p for p in _tree(child) if self._ours(p))
-        victims = {p for p in victims if p.pid != os.getpid()}
-        killed = []
-        for p in victims:
+        return {p for p in victims if p.pid != os.getpid()}
+
+
+def _kill_and_reap(victims: set[psutil.Process], timeout: float) -> list[int]:
+    killed = []
+    for p in victims:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                killed.append(p.pid)
+            p.send_signal(signal.SIGKILL)
+        except psutil.Error:
+            pass
+    psutil.wait_procs(list(victims), timeout=timeout)  # reaps those that are our children (no zombies left)
+    return killed
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP (in the main thread) for a clean-up; they are delivered after it."""
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    except (ValueError, OSError):
+        old = None
+    try:
+        yield
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def kill_driver_leftovers(tag: str) -> list[int]:
+    """Kill what a dead sweep driver (``tag``: see ``cgroup.driver_tag``) left running: its trials' cgroups and
+    every process that carries one of its trial tokens (setsid'd grandchildren, daemons, msrun ranks).  Returns
+    the pids killed."""
+    if not tag:
+        return []
+    with signals_held():
+        killed = set(kill_stale_cgroups(tag))
+        victims = []
+        for p in psutil.process_iter():
+            if p.pid == os.getpid():
+                continue
             try:
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    killed.append(p.pid)
-                p.send_signal(signal.SIGKILL)
+                if p.environ().get(TOKEN_ENV, "").startswith(f"{tag}-") and p.status() != psutil.STATUS_ZOMBIE:
+                    victims.append(p)
+                    p.send_signal(signal.SIGKILL)
             except psutil.Error:
-                pass
-        psutil.wait_procs(list(victims), timeout=timeout)  # reaps those that are our children (no zombies left)
-        return killed
+                continue
+        psutil.wait_procs(victims, timeout=5.0)
+    return sorted(killed | {p.pid for p in victims})
 
 
 def _cgroup_events() -> Optional[Path]:
