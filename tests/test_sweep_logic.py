@@ -275,6 +275,15 @@ def test_persistent_contention_is_not_measured_again_and_again(tmp_path):
     assert t.verdict == "kept" and t.vs_baseline.contended == 4
 
 
+def test_aa_check_counts_its_contended_processes(tmp_path):
+    # the A/A check compares two processes as they were measured: contended ones say so (it used to count 0)
+    everything = tuple(range(20))
+    scripts = {"baseline": Script(contended=everything), "+jit_level=O1": Script(2.0)}
+    sweep, _ = make_sweep(tmp_path, {"jit_level": ["O1"]}, scripts, baseline_runs=2)
+    aa = sweep.run().aa_check
+    assert aa is not None and aa.processes == 1 and aa.reference_processes == 1 and aa.contended == 2
+
+
 def test_wall_time_budget_stops_extra_rounds(tmp_path):
     scripts = {"baseline": Script(), "+jit_level=O1": Script(1.02, contended=(0,))}
     sweep, runner = make_sweep(tmp_path, {"jit_level": ["O1"]}, scripts, budget_s=1e-9, baseline_runs=2)

@@ -28,6 +28,7 @@ trial.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Hashable, Optional
@@ -215,7 +216,9 @@ class Sweep:
         base_runs = [r for r in self.runs if r.config == self.base]
         base_runs = [r for r in base_runs if r.node == base_runs[0].node] if base_runs else []  # one machine's drift
         if len(base_runs) > 1:
-            pair = [ProcessRun("first", base_runs[0].windows), ProcessRun("last", base_runs[-1].windows)]
+            # the two processes as measured (their contention included), renamed so they compare as a pair
+            pair = [replace(base_runs[0], config="first", remeasured=0),
+                    replace(base_runs[-1], config="last", remeasured=0)]
             d = decide(pair, "last", "first", self.record_noise(), self.policy, looks=1)
             self.result.aa_check = verdicts.record(d, "baseline (run 1)", final=False) if d else None
 
