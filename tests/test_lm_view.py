@@ -257,7 +257,7 @@ def test_a_classifier_gets_no_perplexity_and_is_told_it_has_no_accuracy_metric(t
     text = trial_summary(classifier, tmp_path)
     assert "perplexity" not in text and "val loss 323.0000" in text
     assert "no accuracy metric: this workload reports losses only" in text
-    assert lm.perplexity(classifier) is None and lm.progress_text(classifier) == "100.0 samples/s"
+    assert lm.perplexity(classifier) is None and lm.progress_text(classifier) == "100 samples/s"
     # a script's own metric is an accuracy metric: then the line shows it instead
     scored = measured_trial(acc(val_loss=0.5, perplexity=None, val_metrics={"top1": 0.81}, val_metrics_samples=64),
                             None)

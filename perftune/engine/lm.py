@@ -17,6 +17,7 @@ import math
 from typing import Optional
 
 from perftune.io.records import TrialResult
+from perftune.report.format import rate
 
 
 #: exp(loss) from here on is no figure a reader can use (exp(13.8 nats); a byte-level or a 32k-token vocabulary
@@ -65,7 +66,7 @@ def throughput_text(r: TrialResult) -> str:
     """``123.4 samples/s`` and, for a language model, ``, 7898 tokens/s``."""
     if not r.samples_per_s:
         return ""
-    return f"{r.samples_per_s:.1f} samples/s" + (f", {r.tokens_per_s:.0f} tokens/s" if r.tokens_per_s else "")
+    return f"{rate(r.samples_per_s)} samples/s" + (f", {r.tokens_per_s:.0f} tokens/s" if r.tokens_per_s else "")
 
 
 def accuracy_text(r: TrialResult) -> str:

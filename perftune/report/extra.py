@@ -9,6 +9,7 @@ from typing import Optional
 from perftune.io.records import COMMUNICATION_FLAG_SHARE, PHASES, Environment
 from perftune.report import figures_extra
 from perftune.report.efficiency import efficiency
+from perftune.report.format import rate
 from perftune.report.load import SweepFolder
 from perftune.report.tables import process_label
 
@@ -52,7 +53,7 @@ def ranks_context(folder: SweepFolder) -> dict:
             straggler = k.rank == r.straggler_rank
             ranks.append({"rank": k.rank, "host": k.host or "", "status": k.status, "straggler": straggler,
                           "step_ms": f"{k.step_ms_median:.2f}" if k.step_ms_median is not None else "",
-                          "samples_per_s": f"{k.samples_per_s:.1f}" if k.samples_per_s is not None else "",
+                          "samples_per_s": rate(k.samples_per_s),
                           "communication": f"{k.communication_share:.1%}" if k.communication_share is not None
                           else "", "profile_error": k.profile_error or ""})
             bars.append({"label": f"{label}, rank {k.rank}" + (" (straggler)" if straggler else ""),
@@ -78,7 +79,7 @@ def extra_context(folder: SweepFolder) -> dict:
     return {
         "efficiency": {
             "peak_text": eff.peak_text, "has_peak": eff.peak is not None,
-            "rows": [{**r, "samples_per_s": f"{r['samples_per_s']:.1f}",
+            "rows": [{**r, "samples_per_s": rate(r['samples_per_s']),
                       "mflop_per_sample": f"{r['mflop_per_sample']:.3f}" if r["mflop_per_sample"] else "unknown",
                       "gflop_per_s": f"{r['gflop_per_s']:.2f}" if r["gflop_per_s"] else "unknown"}
                      for r in eff.rows],

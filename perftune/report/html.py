@@ -22,7 +22,7 @@ from perftune.io.records import PHASES
 from perftune.io.sweep_records import FAILED_VERDICTS, SweepTrial
 from perftune.report import figures, language
 from perftune.report.extra import extra_context
-from perftune.report.format import count_word, num, speed_text, step_text, verdict_counts
+from perftune.report.format import count_word, num, rate, speed_text, step_text, verdict_counts
 from perftune.report.load import SweepFolder
 from perftune.report.notes import bottleneck_note, tried_changes
 from perftune.report.ops import top_op_rows
@@ -92,7 +92,7 @@ def table(df: pd.DataFrame, metric: str) -> dict:
         verdict = str(r.get("verdict") or "")
         rows.append({
             "configuration": str(r["configuration"]), "verdict": verdict, "class": verdict_class(verdict),
-            "samples_per_s": num(r.get("samples_per_s"), ".1f"),
+            "samples_per_s": rate(r.get("samples_per_s")),
             "speedup": "reference" if verdict == "baseline" else
             speedup_text(r.get("speedup"), r.get("speedup_ci_low"), r.get("speedup_ci_high")),
             "step_ms": step_text(r.get("step_ms"), r.get("step_ms_median")) if not pd.isna(r.get("step_ms"))

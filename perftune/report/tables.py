@@ -15,7 +15,7 @@ from perftune.engine import lm
 from perftune.io.records import PHASES
 from perftune.io.store import write_text_atomic
 from perftune.io.sweep_records import SweepResult, SweepTrial
-from perftune.report.format import num, speed_text, step_text, validation_figures
+from perftune.report.format import num, rate, speed_text, step_text, validation_figures
 from perftune.report.reasons import reason_text, stack_reason
 from perftune.report.summary import comparison_lines, noise_line
 
@@ -155,7 +155,7 @@ def to_markdown(df: pd.DataFrame, metric: str) -> str:
             if row.get("data_ms") is not None and not pd.isna(row.get("data_ms")) else ""
         change = row.get(f"{metric}_change")
         cells = [
-            md_text(row["configuration"]), md_text(row.get("verdict", "")), num(row.get("samples_per_s"), ".1f"),
+            md_text(row["configuration"]), md_text(row.get("verdict", "")), rate(row.get("samples_per_s")),
             _fmt_speedup(row), step_text(row.get("step_ms"), row.get("step_ms_median")), splits,
             num(row.get("compile_s"), ".1f"), num(row.get("peak_mem_mb"), ".1f"),
             num(row.get(metric), ".4f"), num(change, "+.1%"),
