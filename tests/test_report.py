@@ -16,10 +16,13 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+import yaml
 
 from perftune.cli import main
 from perftune.compat import cli_runner
+from perftune.engine.plan_load import parse_plan
 from perftune.report import write_report
+from perftune.report.load import lone_trial
 
 HOSTILE = "<script>alert(1)</script>"
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -336,3 +339,8 @@ def test_a_lone_trial_is_labelled_by_its_changes_not_as_a_baseline(quick_sweep, 
     assert "+prefetch_size=2 +recompute=true" in html  # the plan's prefetch_size=2 is a change from the default 16
     assert "(run 1)" not in html and ">reference<" not in html and "baseline (run" not in html
     assert ">measured<" in html
+    # its spec.json says how it was launched: not "perftune.Callback", and the plan shown reproduces it (it validates)
+    assert "perftune.Callback" not in html and "one burst (baseline)" in html
+    plan = lone_trial(folder).result.plan
+    again = parse_plan(yaml.safe_load(yaml.safe_dump(plan.model_dump(mode="json"))))
+    assert again.baseline == plan.baseline and again.accuracy.samples == plan.accuracy.samples > 0

@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from conftest import REPO, run_sweep_cli
 from perftune.cli import main
+from perftune.report.format import rate
 from perftune.engine.plan_load import PlanError, load_plan
 from perftune.engine.specs import make_spec
 from perftune.io.records import TrialResult, TrialSpec
@@ -345,7 +346,7 @@ def test_the_callback_by_hand_writes_a_trial_that_compare_reads(tmp_path):
     report = CliRunner().invoke(main, ["report", str(tmp_path / "a")])
     assert report.exit_code == 0, report.output
     html = (tmp_path / "a" / "report.html").read_text()
-    assert "job.py" in html and f"{result.samples_per_s:.1f}" in html
+    assert "job.py" in html and rate(result.samples_per_s) in html
     assert 'alt="Time splits' in html or "Time splits" in html
     trace = result.profile.trace_file
     if trace:

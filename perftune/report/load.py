@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Optional
 
 from perftune.errors import UserError
-from perftune.io.files import RESULTS_NAME, TRIAL_NAME, TRIALS_DIR, read_sweep, read_trial
+from perftune.io.files import RESULTS_NAME, SPEC_NAME, TRIAL_NAME, TRIALS_DIR, read_spec, read_sweep, read_trial
 from perftune.io.plan import Plan
-from perftune.io.records import TrialResult
+from perftune.io.records import TrialResult, TrialSpec
 from perftune.io.sweep_records import SweepResult, SweepTrial
 from perftune.knobs import KNOBS, label_of
 
@@ -84,8 +84,15 @@ def lone_trial(out_dir: Path) -> SweepFolder:
     folder of a sweep, a ``perftune run`` folder): reported as a sweep of that one measurement, with no reference."""
     trial = read_trial(out_dir / TRIAL_NAME)
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(trial.workload).replace("script:", "")).strip("-.")[:80] or "job"
-    plan = Plan(name=name if name[0].isalnum() else f"job-{name}"[:80], workload=trial.workload,
-                device=trial.device if trial.device in ("CPU", "GPU", "Ascend") else "CPU", burst=trial.burst)
+    name = name if name[0].isalnum() else f"job-{name}"[:80]
+    device = trial.device if trial.device in ("CPU", "GPU", "Ascend") else "CPU"
+    spec = read_spec(out_dir / SPEC_NAME) if (out_dir / SPEC_NAME).is_file() else None
+    if spec is None:  # a hand-added perftune.Callback: perftune knows the measurement, not how it was launched
+        plan = Plan(name=name, workload=trial.workload, device=device, burst=trial.burst)
+        command = f"measured by perftune.Callback: {trial.workload}"
+    else:  # `perftune run`, or one trial folder of a sweep: the plan that reproduces this one burst
+        plan = plan_of_spec(spec, name, device)
+        command = f"one burst ({spec.label}), by `perftune run` or as one trial of a sweep"
     stamp = datetime.fromtimestamp((out_dir / TRIAL_NAME).stat().st_mtime, timezone.utc).isoformat(timespec="seconds")
     # labelled by its knobs away from perftune's defaults and "measured": one trial is no baseline of anything
     label = label_of({k: v for k, v in trial.knobs.items() if k in KNOBS and v != KNOBS[k].default},
@@ -93,9 +100,17 @@ def lone_trial(out_dir: Path) -> SweepFolder:
     verdict = "measured" if trial.status == "ok" else trial.status
     row = SweepTrial(trial_id=trial.trial_id, label=label, kind="baseline", verdict=verdict,
                      reason=trial.reason or "", result=trial.model_copy(update={"steps": []}))
-    result = SweepResult(plan=plan, command=f"measured by perftune.Callback: {trial.workload}", status="complete",
+    result = SweepResult(plan=plan, command=command, status="complete",
                          started_utc=stamp, finished_utc=stamp, trials=[row], environment=trial.environment,
                          best_label=label if trial.status == "ok" else None,
                          best_trial_id=trial.trial_id if trial.status == "ok" else None)
     return SweepFolder(out_dir=out_dir, result=result, trials=[row], _full={trial.trial_id: trial},
                        trial_dirs={trial.trial_id: ""})
+
+
+def plan_of_spec(spec: TrialSpec, name: str, device: str) -> Plan:
+    """A plan whose baseline is this spec's burst: the workload as it was given (a script with its arguments), the knobs
+    it imposed (a script's only: the others stayed as the script sets them), the accuracy window and the seed."""
+    knobs = {k: spec.knobs[k] for k in spec.script_knobs if k in spec.knobs} if spec.script else dict(spec.knobs)
+    return Plan(name=name, workload=spec.script or spec.workload, workload_params=spec.workload_params, device=device,
+                seed=spec.seed, burst=spec.burst, baseline=knobs, accuracy={"samples": spec.accuracy_samples})
