@@ -17,11 +17,13 @@ from typing import Any, Optional
 import pytest
 
 from perftune.engine.sweep import Sweep
-from perftune.io.plan import Plan
+from perftune.io.plan import AccuracyGate, Plan
 from perftune.io.records import Accuracy, Note, TrialResult, TrialSpec, WindowStats
 from perftune.io.store import write_json_atomic
 from perftune.io.sweep_records import SweepResult
 
+#: the accuracy window fixed and no seed runs: these tests script the comparisons (test_accuracy_gate: the seeds)
+FIXED_WINDOW = AccuracyGate(samples=960, seeds=1)
 BASE_SPS = 100.0  # baseline throughput, samples/s
 WINDOWS = 3
 
@@ -83,7 +85,7 @@ def make_sweep(tmp_path: Path, variables: dict[str, list], scripts: dict[str, Sc
                **decision) -> tuple[Sweep, ScriptedRunner]:
     """The one place sweeps are built (so a package move changes one function); ``decision``: plan fields."""
     plan = Plan(name="scripted", workload="tiny_mlp", baseline=baseline or {}, variables=variables,
-                decision=decision)
+                decision=decision, accuracy=FIXED_WINDOW)
     runner = ScriptedRunner(scripts, interrupt_at, drift)
     return Sweep(plan, tmp_path / "out", runner), runner
 

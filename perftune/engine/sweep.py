@@ -32,7 +32,7 @@ from typing import Any, Callable, Hashable, Optional
 
 from perftune import knobs
 from perftune.engine import accuracy as accuracy_gate
-from perftune.engine import lm, noop, order, verdicts
+from perftune.engine import lm, noop, order, seed_runs, verdicts
 from perftune.engine.blocked import process_run
 from perftune.engine.progress import SilentProgress, SweepProgress
 from perftune.engine.lanes import ParallelRunner, lanes_of
@@ -209,7 +209,8 @@ class Sweep:
     # -- decisions ---------------------------------------------------------------------------------------------
     def gate(self, trial: SweepTrial) -> Optional[accuracy_gate.GateResult]:
         base = self.baseline_runs[0].result.accuracy if self.baseline_runs else None
-        return accuracy_gate.check(base, trial.result.accuracy, self.plan.accuracy) if base else None
+        return accuracy_gate.check(base, trial.result.accuracy, self.plan.accuracy, seed_runs.band(self.result),
+                                   self.plan.decision.confidence) if base else None
 
     def settled(self, key: Hashable) -> bool:
         """No more timing can change the verdict: a known no-op, or an accuracy failure."""
@@ -247,10 +248,8 @@ class Sweep:
         trial.verdict, trial.reason = verdicts.verdict(
             comparison, noop.no_effect_reasons(trial.changes, trial.result), gate,
             min_gain=self.plan.decision.min_gain, discovered=discovered, family=family)
-        if gate is not None and gate.ok and gate.unjudged and trial.verdict not in FAILED:
-            # passed, but not because it was judged: say so
-            trial.reason += (f"; not judged at this burst length: {', '.join(gate.unjudged)} (the baseline cannot "
-                             "tell; raise accuracy.samples)")
+        if gate is not None and trial.verdict not in FAILED:
+            trial.reason += gate.passed_note()  # passed, but not because it was judged: say so
         self.save()
 
     # -- the phases ---------------------------------------------------------------------------------------------
@@ -267,6 +266,7 @@ class Sweep:
         self.expected = 1 + 3 * len(singles)  # R C1 R C2 R ... and a verdict line each, before any extra round
         self.progress.begin(self.expected)
         try:
+            self.plan, self.result.accuracy_calibration = seed_runs.calibrate_sweep(self)
             self._run(singles)
             self.result.status = "complete"
         except KeyboardInterrupt:
