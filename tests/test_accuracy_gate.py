@@ -185,3 +185,25 @@ def test_step_unit_covers_every_batch_size_and_worker_count():
     p = parse_plan({"name": "t", "workload": "mlp", "baseline": {"batch_size": 24},
                     "variables": {"batch_size": [64, 32]}})
     assert seed_runs.step_unit(p) == 192
+
+
+# -- the report's accuracy figure --------------------------------------------------------------------------------
+
+def test_the_accuracy_figure_draws_the_seed_band_and_the_seed_limit():
+    from matplotlib.collections import PolyCollection
+
+    from perftune.report.figures import loss_figure, loss_plot
+
+    band = seed_band.figure_band(BASE, SEEDS, "val_loss", 0.05, 0.95, 4)
+    assert band is not None and len(band["points"]) == 4 and band["values"][0] == 2.5
+    assert band["limit"] > max(band["values"])
+    curves = [{"label": "baseline", "points": BASE.loss_curve, "value": 2.5, "samples_seen": SAMPLES},
+              {"label": "+batch_size=256", "points": curve(2.77, 2.7), "value": 2.7, "rejected": True,
+               "samples_seen": SAMPLES}]
+    fig = loss_plot(curves, "val_loss", 0.05, band)
+    left, right = fig.axes
+    assert any(isinstance(c, PolyCollection) for c in left.collections)  # the seeds' envelope
+    assert any("seeds" in t.get_text() for t in left.get_legend().get_texts())
+    assert any("seed noise" in t.get_text() for t in right.texts)
+    assert loss_figure(curves, "val_loss", 0.05, band).startswith("data:image/png;base64,")
+    assert seed_band.figure_band(BASE, [], "val_loss", 0.05, 0.95, 4) is None  # no seed runs: no band

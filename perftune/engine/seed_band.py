@@ -136,3 +136,17 @@ def figures(acc: Accuracy, metrics: Sequence[str], checkpoints: int) -> dict[str
     if acc.val_metrics_samples is not None:
         out.update({f"val:{k}": float(v) for k, v in acc.val_metrics.items()})
     return out
+
+
+def figure_band(base: Optional[Accuracy], seeds: Sequence[Accuracy], metric: str, tolerance: float,
+                confidence: float, checkpoints: int) -> Optional[dict]:
+    """What the report's accuracy figure draws of the seed band (``perftune.report.figures.loss_plot``): every
+    seed's training-loss curve, the metric's seed values and the worst value seed noise explains (the gate's limit
+    with the Bonferroni of the end metric and the checkpoints).  None without seed runs."""
+    runs = [a for a in ([base] if base is not None else []) + list(seeds) if not a.nonfinite]
+    values = [getattr(a, metric) for a in runs if getattr(a, metric, None) is not None]
+    if base is None or not seeds or len(values) < 2:
+        return None
+    j = judge(metric, values[0], values, tolerance, quantile(confidence, 1 + checkpoints))
+    return {"points": [list(a.loss_curve) for a in runs if a.loss_curve], "values": values,
+            "limit": j.limit if j.outcome != "uncalibrated" else None, "mean": j.mean, "sd": j.sd}

@@ -182,6 +182,18 @@ def band(result: SweepResult) -> list[Accuracy]:
     return list(result.accuracy_calibration.runs) if result.accuracy_calibration else []
 
 
+def summary_line(result: SweepResult) -> list[str]:
+    """The sweep summary's line on how the gate was set up (none for a sweep before issue 26)."""
+    cal = result.accuracy_calibration
+    if cal is None:
+        return []
+    seeds = (f"calibrated on {len(cal.runs) + 1} seeds of the baseline (seed runs {cal.seeds_s:.0f} s)" if cal.runs
+             else "uncalibrated (one seed: the fixed tolerance judges)")
+    probes = f", probes {cal.sizing_s:.0f} s" if cal.sized else ""
+    failed = f"; failed seed runs: {'; '.join(cal.failed)}" if cal.failed else ""
+    return [f"window {cal.sizing}{probes}; {seeds}{failed}"]
+
+
 def progress_text(result: TrialResult) -> str:
     acc = result.accuracy
     if result.status != "ok" or acc is None:

@@ -10,6 +10,7 @@ from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult
 from perftune.report.format import (count_word, mb, reason_text, speed_text, time_ratio_text, validation_figures,
                                     verdict_counts)
+from perftune.engine.seed_runs import summary_line
 from perftune.report.language import gate_cannot_judge
 from perftune.report.format import num as format_num
 
@@ -117,7 +118,7 @@ def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) 
     elif result.best_label:
         lines.append(f"best: {result.best_label}")
     lines += _language_lines(result)
-    lines += [f"accuracy gate: {line}" for line in gate_cannot_judge(result)]
+    lines += [f"accuracy gate: {line}" for line in summary_line(result) + gate_cannot_judge(result)]
     lines += node_lines(result)
     lines.append(f"tables: {out_dir / 'ablation.md'}, {out_dir / 'ablation.csv'}; results: {out_dir / RESULTS_NAME}")
     if report_path:
