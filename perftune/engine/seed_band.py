@@ -70,7 +70,8 @@ class Judgement:
             return (f"{what} {self.value:.4g} vs baseline {self.mean:.4g}: {rel} (uncalibrated: its seed spread could "
                     f"not be measured, judged by the {self.tolerance:.1%} tolerance alone)")
         band = f"baseline seeds {self.mean:.4g} +- {self.sd:.2g} (sd of {self.n})"
-        head = f"{what} {self.value:.4g} vs {band}: {rel}, {self.spreads:+.1f} seed spreads"
+        z = self.spreads
+        head = f"{what} {self.value:.4g} vs {band}: {rel}, {abs(z):.1f} seed spreads {'worse' if z > 0 else 'better'}"
         if self.outcome == "worse":
             return f"{head} (seed noise explains up to {self.limit:.4g})"
         if self.outcome == "unseparated":

@@ -22,7 +22,8 @@ import numpy as np
 
 from perftune.engine.plan_load import baseline_knobs
 from perftune.engine.specs import make_spec, trial_id
-from perftune.io.files import reusable_trial
+from perftune.errors import UserError
+from perftune.io.files import RESULTS_NAME, read_sweep, reusable_trial
 from perftune.io.plan import MAX_SEED, BurstSettings, Plan
 from perftune.io.records import Accuracy, TrialResult, TrialSpec
 from perftune.io.sweep_records import AccuracyCalibration, SweepResult
@@ -172,9 +173,27 @@ class Runs:
 
 
 def calibrate_sweep(sweep) -> tuple[Plan, AccuracyCalibration]:
-    """:func:`calibrate` for a ``perftune.engine.sweep.Sweep`` (its trial folders, runner and progress)."""
+    """:func:`calibrate` for a ``perftune.engine.sweep.Sweep`` (its trial folders, runner and progress).
+
+    A sweep folder from before the window was sized and calibrated resumes as it was measured (trial ids hash the
+    window): one timed window of samples, no seed runs."""
+    plan = sweep.plan
+    if _measured_before_calibration(sweep.out / RESULTS_NAME):
+        gate = plan.accuracy.model_copy(update={"seeds": 1, "samples": plan.accuracy.samples or int(
+            baseline_knobs(plan)["batch_size"]) * plan.burst.steps})
+        plan = plan.model_copy(update={"accuracy": gate})
     runs = Runs(sweep.trials_dir, sweep.run_trial, sweep.progress.start, sweep.say)
-    return calibrate(sweep.plan, runs, str(sweep.cache_dir), sweep.say)
+    return calibrate(plan, runs, str(sweep.cache_dir), sweep.say)
+
+
+def _measured_before_calibration(results: Path) -> bool:
+    if not results.is_file():
+        return False
+    try:
+        earlier = read_sweep(results)
+    except UserError:  # the sweep rewrites it; a trial it cannot reuse says so itself
+        return False
+    return bool(earlier.trials) and earlier.accuracy_calibration is None
 
 
 def band(result: SweepResult) -> list[Accuracy]:
