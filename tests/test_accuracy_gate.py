@@ -8,9 +8,12 @@ import math
 import numpy as np
 import pytest
 
+from conftest import REPO
+
 from perftune.engine import seed_band, seed_runs
 from perftune.engine.accuracy import check
 from perftune.engine.plan_load import parse_plan
+from perftune.io.files import read_trial
 from perftune.io.plan import AccuracyGate
 from perftune.io.records import Accuracy, StepRecord, TrialResult, failed_result
 
@@ -207,3 +210,37 @@ def test_the_accuracy_figure_draws_the_seed_band_and_the_seed_limit():
     assert any("seed noise" in t.get_text() for t in right.texts)
     assert loss_figure(curves, "val_loss", 0.05, band).startswith("data:image/png;base64,")
     assert seed_band.figure_band(BASE, [], "val_loss", 0.05, 0.95, 4) is None  # no seed runs: no band
+
+
+# -- the script route, on real bursts ----------------------------------------------------------------------------
+
+def test_a_scripts_own_seed_option_follows_the_seed_runs_and_its_metrics_are_judged(tmp_path):
+    """A custom loop whose data comes from its own ``--seed``: the seed runs pass it (``workload.seed_arg``), the
+    seeds train differently, and the loop's ``perftune.metric`` figures are judged against their band."""
+    from perftune.runner import run_trial
+
+    source = (REPO / "experiments" / "script_workload" / "custom_loop.py").read_text()
+    source = source.replace('    parser.add_argument("--epochs", type=int, default=5)\n',
+                            '    parser.add_argument("--epochs", type=int, default=5)\n'
+                            '    parser.add_argument("--seed", type=int, default=0)\n')
+    source = source.replace("rng = np.random.default_rng(0)", "rng = np.random.default_rng(args.seed)")
+    assert "args.seed" in source
+    (tmp_path / "loop.py").write_text(source)
+    plan = parse_plan({"name": "seeded", "workload": {"script": "loop.py", "args": ["--epochs", "20"],
+                                                      "seed_arg": "--seed", "knob_args": {"batch_size": "--batch-size"}},
+                       "baseline": {"batch_size": 32, "mode": "graph"},
+                       "accuracy": {"metric": "train_loss", "samples": 128, "seeds": 3}}, base_dir=tmp_path)
+
+    def measure(spec):
+        return run_trial(spec, tmp_path / spec.trial_id), False
+
+    _, cal = seed_runs.calibrate(plan, measure, None, say=lambda line: None)
+    base, _ = measure(seed_runs.window_spec(plan, 128, 0, "baseline", None))
+    assert not cal.failed and cal.seeds == [1, 2]
+    argv = [read_trial(tmp_path / t).applied["argv"] for t in cal.trial_ids]
+    assert [a[-2:] for a in argv] == [["--seed", "1"], ["--seed", "2"]]
+    curves = {tuple(round(v, 6) for _, v in a.loss_curve) for a in [base.accuracy, *cal.runs]}
+    assert len(curves) == 3  # each seed trained differently
+    gate = check(base.accuracy, base.accuracy, plan.accuracy, cal.runs)
+    assert gate.ok, gate.reason
+    assert {"val:val_loss", "val:accuracy", "train_loss"} <= {j.name for j in gate.judgements}
