@@ -145,8 +145,10 @@ def against_seeds(baseline: Accuracy, candidate: Accuracy, gate: AccuracyGate, s
     return out
 
 
-def _seed_refusal(judgements: list[seed_band.Judgement]) -> str:
-    worse = sorted((j for j in judgements if j.worse), key=lambda j: -(j.spreads or 0.0))
+def _seed_refusal(judgements: list[seed_band.Judgement], metric: str) -> str:
+    """The refusal's reason: the plan's metric first when it is worse (the figure the user named), else the worst
+    figure in seed spreads; how many more figures are worse."""
+    worse = sorted((j for j in judgements if j.worse), key=lambda j: (j.name != metric, -(j.spreads or 0.0)))
     if not worse:
         return ""
     more = f"; {len(worse) - 1} more figure(s) worse" if len(worse) > 1 else ""
@@ -168,7 +170,7 @@ def check(baseline: Accuracy, candidate: Optional[Accuracy], gate: AccuracyGate,
         return GateResult(False, f"measured after {candidate.samples_seen} samples, the baseline after "
                                  f"{baseline.samples_seen}: not comparable", changes)
     judgements = against_seeds(baseline, candidate, gate, seeds, confidence) if seeds else []
-    refused = _seed_refusal(judgements)
+    refused = _seed_refusal(judgements, gate.metric)
     if refused:
         return GateResult(False, refused + _window(baseline, candidate), changes, judgements=judgements)
     tolerances = {gate.metric: gate.rel_tolerance, **gate.tolerances}

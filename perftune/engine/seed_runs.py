@@ -104,7 +104,7 @@ def size_window(plan: Plan, measure: Measure, cache_dir: Optional[str]) -> tuple
     for _ in range(MAX_PROBES):
         result, reused = measure(window_spec(plan, samples, plan.seed, f"accuracy window probe ({samples} samples)",
                                              cache_dir))
-        spent += 0.0 if reused else (result.wall_s or 0.0)
+        spent += result.wall_s or 0.0  # what measuring it cost, also when this run reused it
         acc = result.accuracy
         if result.status != "ok" or acc is None:
             return samples, (f"{samples} samples: the probe of the baseline failed ({result.reason}); the baseline "
@@ -141,7 +141,7 @@ def calibrate(plan: Plan, measure: Measure, cache_dir: Optional[str], say: Calla
     for i in range(1, plan.accuracy.seeds):
         seed = (plan.seed + i) % (MAX_SEED + 1)
         result, reused = measure(window_spec(sized, samples, seed, f"baseline seed {seed}", cache_dir))
-        cal.seeds_s += 0.0 if reused else (result.wall_s or 0.0)
+        cal.seeds_s += result.wall_s or 0.0
         cal.trial_ids.append(result.trial_id)
         if result.status == "ok" and result.accuracy is not None:
             cal.seeds.append(seed)
@@ -219,5 +219,5 @@ def progress_text(result: TrialResult) -> str:
         return f"{result.status}: {result.reason}"
     val = f", val loss {acc.val_loss:.4f}" if acc.val_loss is not None else ""
     train = f"train loss {acc.train_loss:.4f}" if acc.train_loss is not None else "no training loss"
-    return f"accuracy window {acc.samples_seen} samples: {train}{val}"
+    return f"{train}{val}"
 

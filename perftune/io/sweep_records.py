@@ -95,12 +95,12 @@ class AccuracyCalibration(Record):
     samples: int  # samples seen when every trial's accuracy is measured
     sized: bool = False  # chosen by perftune (``accuracy.samples`` not given)
     sizing: str = ""  # what was chosen and why, in words
-    sizing_s: float = 0.0  # wall time of the sizing probes
+    sizing_s: float = 0.0  # wall time of the sizing probes (as measured, also when a resume reused them)
     seeds: list[int] = Field(default_factory=list)  # the seeds of ``runs`` (the plan's own is the baseline's)
     runs: list[Accuracy] = Field(default_factory=list)  # their accuracy windows, in seed order
     trial_ids: list[str] = Field(default_factory=list)
     failed: list[str] = Field(default_factory=list)  # seed runs that measured nothing, and why
-    seeds_s: float = 0.0  # wall time of the seed runs (reused ones count 0)
+    seeds_s: float = 0.0  # wall time of the seed runs (as measured, also when a resume reused them)
 
 
 class SweepResult(Record):
