@@ -247,3 +247,17 @@ def test_a_scripts_own_seed_option_follows_the_seed_runs_and_its_metrics_are_jud
     gate = check(base.accuracy, base.accuracy, plan.accuracy, cal.runs)
     assert gate.ok, gate.reason
     assert {"val:val_loss", "val:accuracy", "train_loss"} <= {j.name for j in gate.judgements}
+
+
+def test_the_summary_says_how_the_gate_was_set_up_and_nothing_when_the_plan_fixed_it():
+    from perftune.io.sweep_records import AccuracyCalibration, SweepResult
+
+    cal = AccuracyCalibration(samples=1280, sized=True, sizing="1280 samples, sized from the baseline", sizing_s=12.0,
+                              seeds=[1, 2, 3], runs=SEEDS, seeds_s=30.0)
+    result = SweepResult(plan=plan(), started_utc="2026-01-01T00:00:00+00:00", accuracy_calibration=cal)
+    assert seed_runs.summary_line(result) == [
+        "window 1280 samples, sized from the baseline, probes 12 s; calibrated on 4 seeds of the baseline "
+        "(seed runs 30 s)"]
+    assert seed_runs.band(result) == SEEDS
+    fixed = result.model_copy(update={"accuracy_calibration": AccuracyCalibration(samples=64)})
+    assert seed_runs.summary_line(fixed) == [] and seed_runs.band(fixed) == []

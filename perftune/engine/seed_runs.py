@@ -204,7 +204,7 @@ def band(result: SweepResult) -> list[Accuracy]:
 def summary_line(result: SweepResult) -> list[str]:
     """The sweep summary's line on how the gate was set up (none for a sweep before issue 26)."""
     cal = result.accuracy_calibration
-    if cal is None:
+    if cal is None or not (cal.sized or cal.runs or cal.failed):  # the plan fixed the window and asked one seed
         return []
     seeds = (f"calibrated on {len(cal.runs) + 1} seeds of the baseline (seed runs {cal.seeds_s:.0f} s)" if cal.runs
              else "uncalibrated (one seed: the fixed tolerance judges)")
