@@ -261,3 +261,18 @@ def test_the_summary_says_how_the_gate_was_set_up_and_nothing_when_the_plan_fixe
     assert seed_runs.band(result) == SEEDS
     fixed = result.model_copy(update={"accuracy_calibration": AccuracyCalibration(samples=64)})
     assert seed_runs.summary_line(fixed) == [] and seed_runs.band(fixed) == []
+
+
+def test_after_the_last_probe_the_window_is_the_last_one_probed():
+    slow = Scripted()
+    slow_curve = slow.__call__
+
+    def barely(spec):  # learns 1% per 1000 samples: never clearly within three probes
+        result, _ = slow_curve(spec)
+        points = [(s, 2.77 * (0.99 ** (s / 1000))) for s, _ in result.accuracy.loss_curve]
+        return result.model_copy(update={"accuracy": result.accuracy.model_copy(update={"loss_curve": points})}), False
+
+    _, cal = seed_runs.calibrate(plan(seeds=1, window_budget_s=1000.0), barely, None, say=lambda line: None)
+    probed = [s.accuracy_samples for s in slow.specs]
+    assert probed == [320, 1280, 5120] and cal.samples == probed[-1]
+    assert "fell only 5%" in cal.sizing  # 0.99 ** 5.12 at the end, against the first steps

@@ -101,8 +101,8 @@ def size_window(plan: Plan, measure: Measure, cache_dir: Optional[str]) -> tuple
     target = max(FALL_FACTOR * plan.accuracy.rel_tolerance, MIN_FALL)
     budget = plan.accuracy.window_budget_s
     spent = 0.0
-    for _ in range(MAX_PROBES):
-        result, reused = measure(window_spec(plan, samples, plan.seed, f"accuracy window probe ({samples} samples)",
+    for probe in range(MAX_PROBES):
+        result, _ = measure(window_spec(plan, samples, plan.seed, f"accuracy window probe ({samples} samples)",
                                              cache_dir))
         spent += result.wall_s or 0.0  # what measuring it cost, also when this run reused it
         acc = result.accuracy
@@ -118,12 +118,12 @@ def size_window(plan: Plan, measure: Measure, cache_dir: Optional[str]) -> tuple
                             ), spent
         per_sample = seconds_per_sample(result)
         longer = min(samples * GROWTH, (budget / per_sample) // unit * unit if per_sample else samples * GROWTH)
-        if longer <= samples:
+        if longer <= samples or probe == MAX_PROBES - 1:
             break
         samples = int(longer)
     learnt = fall([v for _, v in acc.loss_curve])
     how = f"{learnt:.0%}" if learnt is not None else "too little to tell"
-    return samples, (f"{samples} samples: the longest window within accuracy.window_budget_s ({budget:g} s); the "
+    return samples, (f"{samples} samples: the longest window probed within accuracy.window_budget_s ({budget:g} s); the "
                      f"baseline's training loss fell only {how} (less than {FALL_FACTOR:g} x the tolerance): "
                      "raise the budget or set accuracy.samples"), spent
 
