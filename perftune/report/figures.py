@@ -269,7 +269,8 @@ def loss_plot(curves: Sequence[dict], metric: str, tolerance: Optional[float], b
             right.axvspan(limit, hi + pad, color="#c0392b", alpha=0.12)
             right.axvline(limit, color="#c0392b", linewidth=0.8)
             what = "seed noise" if seed_limit is not None else f"baseline +{tolerance:.0%}"
-            right.text(limit, -0.6, f" rejected above\n {what}", fontsize="x-small", color="#c0392b", va="bottom")
+            right.text(limit, len(valued) - 0.55, f" rejected above {what}", fontsize="x-small", color="#c0392b",
+                       rotation=90, va="bottom", ha="left")  # along the limit, clear of the title
         if base is not None:
             right.axvline(base, color="#777777", linewidth=0.8, linestyle="--")
         for i, c in enumerate(valued):
