@@ -137,7 +137,7 @@ def test_change_that_breaks_accuracy_is_never_kept(eager_sweep):
     # the gate's answer does not depend on timing: worse val_loss at equal samples seen, named in the reason
     assert big.accuracy_changes["val_loss"] > 0.005
     assert big.verdict == "accuracy rejected", big.reason  # whatever its speed: never hidden behind it
-    assert big.reason.startswith("val_loss ") and "seed spreads worse" in big.reason  # judged against the seeds
+    assert "seed spreads worse" in big.reason  # judged against the baseline's seeds: val_loss or a curve point
     assert big.result.accuracy.samples_seen == eager_sweep[0].trials[0].result.accuracy.samples_seen
 
 
