@@ -10,9 +10,10 @@ Bonferroni over the figures judged together (the end metric and the training los
 The distance is stated in units of the seed-to-seed standard deviation ("seed spreads").
 
 Three answers per figure, as Pinpoint's same/different/unknown: ``pass`` (within the seed noise and within the
-plan's ``rel_tolerance``), ``worse`` (beyond what seed noise explains: refused), ``unseparated`` (beyond the
-tolerance but within the seed noise: the seeds cannot tell; passed, and said so).  A figure whose spread cannot be
-measured (one seed, or every seed alike) is ``uncalibrated`` and judged by the fixed tolerance alone, and said so.
+plan's ``rel_tolerance`` of the baseline's own run), ``worse`` (beyond what seed noise explains: refused),
+``unseparated`` (beyond the tolerance but within the seed noise: the seeds cannot tell; passed, and said so).
+A figure whose spread cannot be measured (one seed, or every seed alike) is ``uncalibrated`` and judged by the
+fixed tolerance alone, and said so.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ class Judgement:
         if self.outcome == "worse":
             return f"{head} (seed noise explains up to {self.limit:.4g})"
         if self.outcome == "unseparated":
-            return (f"{head}: beyond the {self.tolerance:.1%} tolerance but within seed noise (up to "
+            return (f"{head}: beyond the {self.tolerance:.1%} tolerance of the baseline's own run but within seed "
+                    f"noise (up to "
                     f"{self.limit:.4g}); the seeds cannot separate it (more accuracy.seeds would)")
         return head
 
@@ -105,9 +107,10 @@ def judge(name: str, value: float, seeds: Sequence[float], tolerance: float, q: 
         return Judgement(name, value, reference, 0.0, n, limit, tolerance, lower_is_better, "uncalibrated", worse)
     noise = max(float(sps.t.ppf(q, n - 1)) * sd * math.sqrt(1.0 + 1.0 / n), MIN_REL_WORSENING * scale)
     worsening = sign * (value - mean)
+    reference = float(vals[0])  # the baseline's own run (same seed as the candidate): the change's own effect
     if worsening > noise:
         outcome: Outcome = "worse"
-    elif worsening > tolerance * scale:
+    elif sign * (value - reference) > tolerance * abs(reference):
         outcome = "unseparated"
     else:
         outcome = "pass"
