@@ -229,8 +229,9 @@ def test_a_scripts_own_seed_option_follows_the_seed_runs_and_its_metrics_are_jud
     source = source.replace("rng = np.random.default_rng(0)", "rng = np.random.default_rng(args.seed)")
     assert "args.seed" in source
     (tmp_path / "loop.py").write_text(source)
-    plan = parse_plan({"name": "seeded", "workload": {"script": "loop.py", "args": ["--epochs", "20"],
-                                                      "seed_arg": "--seed", "knob_args": {"batch_size": "--batch-size"}},
+    script = {"script": "loop.py", "args": ["--epochs", "20"], "seed_arg": "--seed",
+              "knob_args": {"batch_size": "--batch-size"}}
+    plan = parse_plan({"name": "seeded", "workload": script,
                        "baseline": {"batch_size": 32, "mode": "graph"},
                        "accuracy": {"metric": "train_loss", "samples": 128, "seeds": 3}}, base_dir=tmp_path)
 

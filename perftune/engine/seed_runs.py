@@ -123,7 +123,8 @@ def size_window(plan: Plan, measure: Measure, cache_dir: Optional[str]) -> tuple
         samples = int(longer)
     learnt = fall([v for _, v in acc.loss_curve])
     how = f"{learnt:.0%}" if learnt is not None else "too little to tell"
-    return samples, (f"{samples} samples: the longest window probed within accuracy.window_budget_s ({budget:g} s); the "
+    return samples, (f"{samples} samples: the longest window probed within accuracy.window_budget_s ({budget:g} s); "
+                     "the "
                      f"baseline's training loss fell only {how} (less than {FALL_FACTOR:g} x the tolerance): "
                      "raise the budget or set accuracy.samples"), spent
 
