@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 from perftune.engine.sweep import Sweep
-from perftune.io.plan import Plan
+from perftune.io.plan import AccuracyGate, Plan
 from perftune.io.records import Accuracy, Note, TrialResult, TrialSpec, WindowStats
 from perftune.io.store import write_json_atomic
 
+#: the accuracy window fixed and no seed runs: these tests script the comparisons (test_accuracy_gate: the seeds)
+FIXED_WINDOW = AccuracyGate(samples=960, seeds=1)
 BASE_SPS = 100.0  # baseline throughput, samples/s
 WINDOWS = 3
 
@@ -76,6 +78,6 @@ def make_sweep(tmp_path: Path, variables: dict[str, list], scripts: dict[str, Sc
                **decision) -> tuple[Sweep, ScriptedRunner]:
     """The one place sweeps are built (so a package move changes one function); ``decision``: plan fields."""
     plan = Plan(name="scripted", workload="tiny_mlp", baseline=baseline or {}, variables=variables,
-                decision=decision)
+                decision=decision, accuracy=FIXED_WINDOW)
     runner = ScriptedRunner(scripts, interrupt_at, drift)
     return Sweep(plan, tmp_path / "out", runner), runner

@@ -29,7 +29,7 @@ from perftune.engine.sweep import Sweep
 from perftune.io.plan import Plan
 from perftune.io.records import NodeRecord, TrialResult, TrialSpec
 from perftune.io.store import write_json_atomic
-from scripted_sweeps import Script, ScriptedRunner
+from scripted_sweeps import FIXED_WINDOW, Script, ScriptedRunner
 
 
 class LaneRunner(ScriptedRunner):
@@ -73,7 +73,7 @@ class LaneRunner(ScriptedRunner):
 
 
 def lane_sweep(out: Path, runner: LaneRunner, variables: dict, **decision) -> Sweep:
-    plan = Plan(name="lanes", workload="tiny_mlp", variables=variables, decision=decision)
+    plan = Plan(name="lanes", workload="tiny_mlp", variables=variables, decision=decision, accuracy=FIXED_WINDOW)
     return Sweep(plan, out, runner)
 
 

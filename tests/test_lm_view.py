@@ -98,7 +98,7 @@ class LMRunner:
 
 def scripted(tmp_path: Path, baseline_acc: Accuracy, tokens: int | None = 16):
     plan = Plan(name="lm", workload="tiny_gpt", baseline={"batch_size": 8}, variables={"prefetch_size": [4]},
-                decision={"baseline_runs": 2}, accuracy={"samples": 64})
+                decision={"baseline_runs": 2}, accuracy={"samples": 64, "seeds": 1})  # no seed runs to script
     out = tmp_path / "out"
     result = Sweep(plan, out, LMRunner(baseline_acc, tokens)).run()
     write_tables(result, out)

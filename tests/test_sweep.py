@@ -138,7 +138,7 @@ def test_change_that_breaks_accuracy_is_never_kept(eager_sweep):
     # the gate's answer does not depend on timing: worse val_loss at equal samples seen, named in the reason
     assert big.accuracy_changes["val_loss"] > 0.005
     assert big.verdict == "accuracy rejected", big.reason  # whatever its speed: never hidden behind it
-    assert "val_loss" in big.reason and "tolerance 0.5%" in big.reason
+    assert "seed spreads worse" in big.reason  # judged against the baseline's seeds: val_loss or a curve point
     assert big.result.accuracy.samples_seen == eager_sweep[0].trials[0].result.accuracy.samples_seen
 
 

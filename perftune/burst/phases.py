@@ -75,7 +75,8 @@ class Burst:
         ds.config.set_seed(spec.seed)
         ds.config.set_prefetch_size(int(k["prefetch_size"]))
         ds.config.set_enable_autotune(bool(k.get("dataset_autotune", False)))
-        workload = resolve(spec.workload)(dict(spec.workload_params), spec.seed)
+        workload = resolve(spec.workload)(dict(spec.workload_params),
+                                            spec.seed if spec.data_seed is None else spec.data_seed)
         workload.check()
         self.workload = workload
         network = workload.network

@@ -64,6 +64,8 @@ class ScriptBurst:
         hooks = ScriptHooks(spec, self.imposed, meter, lambda: Callback(meter=meter, stop=True))
         meter.loop_refusal = hooks.custom_loop_refusal()
         argv = script_argv(script.script, script.args, script.knob_args, spec.knobs)
+        if script.seed_arg:  # the accuracy gate's seed runs: the script's own seed follows perftune's
+            argv += [script.seed_arg, str(spec.seed)]
         self.result.applied["argv"] = argv[1:]
         failure = self.run_script(Path(script.script), argv, meter, hooks)
         self.result.applied.update(hooks.read_back())

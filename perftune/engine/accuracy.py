@@ -2,15 +2,17 @@
 
 Both sides were measured at the same number of samples seen, from the same initial weights and data order (see
 ``perftune/burst/phases.py``), so a difference is the change's doing, not more or less training.  Only a worsening
-counts: a lower loss is never a rejection.
+counts: a lower loss is never a rejection.  With the baseline's seed runs (``seeds``), every figure is judged
+against their spread (``perftune.engine.seed_band``); without them, by the plan's fixed relative tolerance.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Sequence
 
+from perftune.engine import seed_band
 from perftune.io.plan import ACCURACY_METRICS, AccuracyGate
 from perftune.io.records import Accuracy
 
@@ -26,6 +28,19 @@ class GateResult:
     changes: dict = field(default_factory=dict)  # metric -> relative change (candidate / baseline - 1)
     #: metrics that passed only because the baseline cannot judge them at this burst length (``unjudged``)
     unjudged: dict[str, str] = field(default_factory=dict)  # metric -> why it cannot judge
+    #: each figure against the baseline's seeds (empty: no seed runs, the fixed tolerance judged)
+    judgements: list[seed_band.Judgement] = field(default_factory=list)
+
+    def pass_notes(self) -> list[str]:
+        """What a passing verdict must add, in words: figures the seeds could not separate from the tolerance, figures
+        they could not calibrate (never silently passed; the metrics the baseline cannot judge are ``unjudged``)."""
+        if not self.ok:
+            return []
+        notes = [j.describe() for j in self.judgements if j.outcome == "unseparated"]
+        uncalibrated = [seed_band.label(j.name) for j in self.judgements if j.outcome == "uncalibrated"]
+        if uncalibrated:
+            notes.append(f"uncalibrated (no seed spread): {', '.join(uncalibrated)}, judged by the fixed tolerance")
+        return notes
 
 
 def _rel(candidate: Optional[float], baseline: Optional[float]) -> Optional[float]:
@@ -107,8 +122,40 @@ def _script_metrics(baseline: Accuracy, candidate: Accuracy, tol: float, changes
     return ""
 
 
-def check(baseline: Accuracy, candidate: Optional[Accuracy], gate: AccuracyGate) -> GateResult:
-    """``candidate`` against ``baseline`` under the plan's ``gate``."""
+def against_seeds(baseline: Accuracy, candidate: Accuracy, gate: AccuracyGate, seeds: Sequence[Accuracy],
+                  confidence: float) -> list[seed_band.Judgement]:
+    """Every figure both ``candidate`` and the baseline have, against the baseline's seeds (``baseline`` first)."""
+    metrics = [m for m in {gate.metric: 0, **gate.tolerances} if m != "repetition_rate"]
+    band = [seed_band.figures(a, metrics, gate.checkpoints) for a in [baseline, *seeds]
+            if a.samples_seen == baseline.samples_seen and not a.nonfinite]
+    mine = seed_band.figures(candidate, metrics, gate.checkpoints)
+    if candidate.val_metrics_samples != baseline.val_metrics_samples:
+        mine = {k: v for k, v in mine.items() if not k.startswith("val:")}
+    names = [k for k in mine if band and k in band[0]]
+    q = seed_band.quantile(confidence, len(names))
+    out = []
+    for name in names:
+        metric = "train_loss" if name.startswith(seed_band.CURVE) else name
+        tol = gate.tolerances.get(metric, gate.rel_tolerance) if metric in ACCURACY_METRICS else gate.rel_tolerance
+        lower = lower_is_better(name[4:]) if name.startswith("val:") else True
+        out.append(seed_band.judge(name, mine[name], [b.get(name) for b in band], tol, q, lower))
+    return out
+
+
+def _seed_refusal(judgements: list[seed_band.Judgement], metric: str) -> str:
+    """The refusal's reason: the plan's metric first when it is worse (the figure the user named), else the worst
+    figure in seed spreads; how many more figures are worse."""
+    worse = sorted((j for j in judgements if j.worse), key=lambda j: (j.name != metric, -(j.spreads or 0.0)))
+    if not worse:
+        return ""
+    more = f"; {len(worse) - 1} more figure(s) worse" if len(worse) > 1 else ""
+    return worse[0].describe() + more
+
+
+def check(baseline: Accuracy, candidate: Optional[Accuracy], gate: AccuracyGate, seeds: Sequence[Accuracy] = (),
+          confidence: float = 0.95) -> GateResult:
+    """``candidate`` against ``baseline`` under the plan's ``gate``; ``seeds``: the baseline's accuracy windows
+    with other seeds (``perftune.engine.seed_runs``), which calibrate it at one-sided ``confidence``."""
     if candidate is None:
         return GateResult(False, "no accuracy was measured")
     changes = {m: _rel(getattr(candidate, m), getattr(baseline, m)) for m in ACCURACY_METRICS}
@@ -119,6 +166,10 @@ def check(baseline: Accuracy, candidate: Optional[Accuracy], gate: AccuracyGate)
     if candidate.samples_seen != baseline.samples_seen:
         return GateResult(False, f"measured after {candidate.samples_seen} samples, the baseline after "
                                  f"{baseline.samples_seen}: not comparable", changes)
+    judgements = against_seeds(baseline, candidate, gate, seeds, confidence) if seeds else []
+    refused = _seed_refusal(judgements, gate.metric)
+    if refused:
+        return GateResult(False, refused + _window(baseline, candidate), changes, judgements=judgements)
     tolerances = {gate.metric: gate.rel_tolerance, **gate.tolerances}
     for metric, tol in tolerances.items():
         if metric == "repetition_rate":
@@ -128,11 +179,11 @@ def check(baseline: Accuracy, candidate: Optional[Accuracy], gate: AccuracyGate)
             if getattr(baseline, metric) is not None:
                 return GateResult(False, f"{metric} is missing", changes)
             continue
-        if change > tol:
+        if change > tol and not seeds:
             return GateResult(False, f"{metric} {getattr(candidate, metric):.4g} vs baseline "
                                      f"{getattr(baseline, metric):.4g}: +{change:.1%} (tolerance {tol:.1%})"
                                      f"{_window(baseline, candidate)}", changes)
-    refused = _script_metrics(baseline, candidate, gate.rel_tolerance, changes)
+    refused = "" if seeds else _script_metrics(baseline, candidate, gate.rel_tolerance, changes)
     if refused:
         return GateResult(False, refused + _window(baseline, candidate), changes)
     rep_tol = gate.tolerances.get("repetition_rate", DEFAULT_REPETITION_TOLERANCE)
@@ -144,4 +195,4 @@ def check(baseline: Accuracy, candidate: Optional[Accuracy], gate: AccuracyGate)
             and candidate.max_grad_norm > gate.grad_norm_factor * baseline.max_grad_norm):
         return GateResult(False, f"gradient norm blew up: max {candidate.max_grad_norm:.3g} vs baseline "
                                  f"{baseline.max_grad_norm:.3g} (limit x{gate.grad_norm_factor:g})", changes)
-    return GateResult(True, "", changes, unjudged(baseline, gate))
+    return GateResult(True, "", changes, unjudged(baseline, gate), judgements)

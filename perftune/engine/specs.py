@@ -47,7 +47,7 @@ def make_spec(plan: Plan, knob_values: dict[str, Any], label: str, replicate: in
     hashed["knobs"] = {k: v for k, v in effective.items()
                        if not (k in LATER_KNOBS and v == knobs.KNOBS[k].default)}
     if script is not None:  # only then, so that the ids of the other workloads' trials stay as they were
-        hashed["script"] = {**script.model_dump(), "imposed": script_knobs}
+        hashed["script"] = {**script.model_dump(exclude_none=True), "imposed": script_knobs}  # seed_arg: when set
     if lr_scale != 1.0:  # only then, so that trial ids (and resumes) of plans without the rule stay as they were
         hashed["lr_scale"] = lr_scale
     dist = plan.distributed

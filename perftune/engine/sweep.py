@@ -35,7 +35,7 @@ from typing import Any, Hashable, Optional
 
 from perftune import knobs
 from perftune.engine import accuracy as accuracy_gate
-from perftune.engine import lm, noop, order, verdicts
+from perftune.engine import lm, noop, order, seed_runs, verdicts
 from perftune.engine.blocked import process_run
 from perftune.engine.lanes import ParallelRunner, lanes_of
 from perftune.engine.processes import Processes, TrialRunner
@@ -100,7 +100,8 @@ class Sweep:
     # -- decisions ---------------------------------------------------------------------------------------------
     def gate(self, trial: SweepTrial) -> Optional[accuracy_gate.GateResult]:
         base = self.baseline_runs[0].result.accuracy if self.baseline_runs else None
-        return accuracy_gate.check(base, trial.result.accuracy, self.plan.accuracy) if base else None
+        return accuracy_gate.check(base, trial.result.accuracy, self.plan.accuracy, seed_runs.band(self.result),
+                                   self.plan.decision.confidence) if base else None
 
     def settled(self, key: Hashable) -> bool:
         """No more timing can change the verdict: a known no-op, or an accuracy failure."""
@@ -137,8 +138,8 @@ class Sweep:
         trial.verdict, why = verdicts.verdict(
             getattr(trial, which), noop.no_effect_reasons(trial.changes, trial.result), gate,
             min_gain=self.plan.decision.min_gain, discovered=discovered, family=family, which=which)
-        if gate is not None and gate.ok and gate.unjudged and trial.verdict not in FAILED:
-            why.unjudged = list(gate.unjudged)  # passed, but not because it was judged: say so
+        if gate is not None and gate.ok and trial.verdict not in FAILED:  # a pass not judged, or not separated:
+            why.unjudged, why.gate_notes = list(gate.unjudged), gate.pass_notes()  # say so
         self.explain(trial, why)
 
     def explain(self, trial: SweepTrial, why: Why) -> None:
@@ -161,6 +162,8 @@ class Sweep:
         self.procs.expected = 1 + 3 * len(singles)  # R C1 R C2 R ... and a verdict line each, before any extra round
         self.procs.progress.begin(self.procs.expected)
         try:
+            self.plan, self.result.accuracy_calibration = seed_runs.calibrate_sweep(self)
+            self.procs.plan = self.plan  # the sized accuracy window: every spec from here on is judged at it
             if self.baseline(len(singles)):
                 self.stack(self.one_at_a_time(singles))
                 self.leave_one_out()

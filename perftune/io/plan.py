@@ -49,8 +49,16 @@ class AccuracyGate(PlanRecord):
     tolerances: dict[Literal[AccuracyMetric, "repetition_rate"], float] = Field(
         default_factory=dict
     )
-    #: samples every trial has seen when accuracy is measured; default: baseline batch_size x steps (one window)
+    #: samples every trial has seen when accuracy is measured; default: sized from the baseline before the sweep
+    #: (``perftune.engine.window``): until its training loss has fallen clearly, within ``window_budget_s``
     samples: Optional[int] = Field(None, ge=1, le=10**12)
+    #: wall-time budget of the sized accuracy window (one baseline process's window, compile excluded)
+    window_budget_s: float = Field(20.0, gt=0, le=3600)
+    #: accuracy windows of the baseline with different seeds (initialisation and data order; the plan's seed is
+    #: the baseline's own run): their spread calibrates the gate (``perftune.engine.seed_band``); 1: uncalibrated
+    seeds: int = Field(4, ge=1, le=50)
+    #: points of the training-loss curve compared at equal samples seen (besides the end of the window)
+    checkpoints: int = Field(4, ge=0, le=20)
     #: a trial whose largest gradient norm exceeds this factor times the baseline's is rejected
     grad_norm_factor: float = Field(10.0, gt=1, le=1e12)
     #: the learning-rate rule that goes with a batch-size change (linear: lr x b/b0; sqrt: lr x sqrt(b/b0)), so a
@@ -103,6 +111,9 @@ class ScriptWorkload(PlanRecord):
     args: list[str] = Field(default_factory=list)
     #: knob -> the script's option that takes it (``{batch_size: "--batch-size"}``): ``--batch-size 64`` is appended
     knob_args: dict[str, str] = Field(default_factory=dict)
+    #: the script's own seed option (``--seed``): the accuracy gate's seed runs pass it ``--seed N`` (perftune
+    #: seeds MindSpore, NumPy and the dataset itself in any case)
+    seed_arg: Optional[str] = Field(None, min_length=1, max_length=100)
 
     def __str__(self) -> str:
         return f"script:{Path(self.script).name}"

@@ -345,6 +345,9 @@ class TrialSpec(Record):
     workload_params: dict[str, Any] = Field(default_factory=dict)
     device: str = "CPU"
     seed: int = 0
+    #: the seed of the workload's data (its synthetic dataset); None: ``seed``.  The accuracy gate's seed runs vary
+    #: ``seed`` (initialisation and data order) on the same data
+    data_seed: Optional[int] = None
     knobs: dict[str, Any]
     burst: BurstSettings
     accuracy_samples: int

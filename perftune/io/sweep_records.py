@@ -7,7 +7,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field
 
 from perftune.io.plan import Plan
-from perftune.io.records import RESULTS_SCHEMA_VERSION, Environment, Record, TrialResult
+from perftune.io.records import RESULTS_SCHEMA_VERSION, Accuracy, Environment, Record, TrialResult
 
 #: ``repeat``: a further process of a single or stack configuration, measured while its comparison was open
 TrialKind = Literal["baseline", "single", "stack", "leave_one_out", "repeat"]
@@ -68,6 +68,7 @@ class Why(Record):
     accuracy: str = ""  # the accuracy gate's failure, in its words; the verdict whatever the speed
     speed: str = ""  # with ``accuracy``: the verdict the timing alone gave
     unjudged: list[str] = Field(default_factory=list)  # metrics the gate could not judge at this burst length
+    gate_notes: list[str] = Field(default_factory=list)  # a pass the seeds could not separate or calibrate
     before: str = ""  # a stack row's verdict before the stack dropped it
     failure: str = ""  # the process failed: why
     stopped_sweep: bool = False  # ... and it was the baseline, so nothing else ran
@@ -127,6 +128,21 @@ class NodeSummary(Record):
     blocked: list[NodeComparison] = Field(default_factory=list)
 
 
+class AccuracyCalibration(Record):
+    """How the accuracy gate was set up before the sweep (``perftune.engine.seed_runs``): the accuracy window's
+    length (given, or sized from the baseline) and the baseline's accuracy windows with other seeds."""
+
+    samples: int  # samples seen when every trial's accuracy is measured
+    sized: bool = False  # chosen by perftune (``accuracy.samples`` not given)
+    sizing: str = ""  # what was chosen and why, in words
+    sizing_s: float = 0.0  # wall time of the sizing probes (as measured, also when a resume reused them)
+    seeds: list[int] = Field(default_factory=list)  # the seeds of ``runs`` (the plan's own is the baseline's)
+    runs: list[Accuracy] = Field(default_factory=list)  # their accuracy windows, in seed order
+    trial_ids: list[str] = Field(default_factory=list)
+    failed: list[str] = Field(default_factory=list)  # seed runs that measured nothing, and why
+    seeds_s: float = 0.0  # wall time of the seed runs (as measured, also when a resume reused them)
+
+
 class SweepResult(Record):
     """``results.json``: everything a report, a notebook or ``perftune compare`` needs."""
 
@@ -151,4 +167,6 @@ class SweepResult(Record):
     best_trial_id: Optional[str] = None
     best_vs_baseline: Optional[ComparisonRecord] = None
     environment: Optional[Environment] = None
+    #: the accuracy window's length and the baseline's seed runs (a sweep before issue 26: None)
+    accuracy_calibration: Optional[AccuracyCalibration] = None
     nodes: Optional[NodeSummary] = None  # a sweep on a cluster (schema 3): which node ran what, the node effect

@@ -215,18 +215,37 @@ def _coincide(curves: Sequence[dict]) -> bool:
 
 
 @plain_text
-def loss_figure(curves: Sequence[dict], metric: str, tolerance: Optional[float]) -> Optional[str]:
+def loss_figure(curves: Sequence[dict], metric: str, tolerance: Optional[float], band: Optional[dict] = None
+                ) -> Optional[str]:
     """:func:`loss_plot` as a PNG ``data:`` URI."""
-    fig = loss_plot(curves, metric, tolerance)
+    fig = loss_plot(curves, metric, tolerance, band)
     return to_png(fig) if fig is not None else None
 
 
-def loss_plot(curves: Sequence[dict], metric: str, tolerance: Optional[float]) -> Optional[Figure]:
+def _seed_band(left, right, band: Optional[dict]) -> Optional[float]:
+    """The baseline's seed band (``perftune.engine.seed_band.figure_band``): the envelope of its seeds' smoothed
+    training losses on the left, their metric values and mean +- sd on the right; returns the gate's limit."""
+    if not band:
+        return None
+    curves = [c for c in band["points"] if c]
+    grid = sorted(set.intersection(*(set(s for s, _ in c) for c in curves))) if curves else []
+    if grid:
+        smooth = [dict(zip([s for s, _ in c], _smooth([v for _, v in c], 5))) for c in curves]
+        left.fill_between(grid, [min(m[s] for m in smooth) for s in grid], [max(m[s] for m in smooth) for s in grid],
+                          color="#999999", alpha=0.3, linewidth=0, label=f"baseline, {len(curves)} seeds")
+    right.axvspan(band["mean"] - band["sd"], band["mean"] + band["sd"], color="#999999", alpha=0.3)
+    right.plot(band["values"], [-0.45] * len(band["values"]), "|", color="#555555", markersize=8)
+    return band.get("limit")
+
+
+def loss_plot(curves: Sequence[dict], metric: str, tolerance: Optional[float], band: Optional[dict] = None
+              ) -> Optional[Figure]:
     """Training loss against samples seen (same data order and initial weights) plus the gated metric per config.
 
     ``curves``: ``label``, ``points`` [(samples_seen, loss)], ``value`` (the metric at ``samples_seen``),
     ``rejected`` (drawn dashed red). The first curve is the baseline; the gate rejects values above
-    baseline x (1 + ``tolerance``) (only a worsening counts), shaded red on the right.
+    baseline x (1 + ``tolerance``) (only a worsening counts), shaded red on the right; with the baseline's seed
+    ``band``, above what seed noise explains, the band drawn grey (seeds' envelope, their values and mean +- sd).
     """
     curves = [c for c in curves if c.get("points") or _ok(c.get("value"))]
     if not curves:
@@ -248,6 +267,7 @@ def loss_plot(curves: Sequence[dict], metric: str, tolerance: Optional[float]) -
             "(e.g. BatchNorm moving statistics, Dropout or evaluation-mode layers), not the training steps")
         left.text(0.98, 0.97, text, transform=left.transAxes, ha="right", va="top", fontsize="x-small",
                   color="#555555")
+    seed_limit = _seed_band(left, right, band)
     left.set_xlabel("samples seen")
     left.set_ylabel("training loss")
     left.set_title("Training loss (faint: per step; line: 5-step mean)", fontsize="medium")
@@ -258,14 +278,17 @@ def loss_plot(curves: Sequence[dict], metric: str, tolerance: Optional[float]) -
         values = [c["value"] for c in valued]
         base = curves[0].get("value") if _ok(curves[0].get("value")) else None
         limit = base * (1 + tolerance) if base is not None and tolerance is not None else None
-        drawn = values + ([limit] if limit else []) + ([base] if base is not None else [])
+        limit = seed_limit if seed_limit is not None else limit
+        drawn = values + ([limit] if limit else []) + ([base] if base is not None else []) + list(
+            (band or {}).get("values", []))
         lo, hi = min(drawn), max(drawn)  # the axis holds every plotted point, the gate's limit and the baseline
         pad = (hi - lo) * 0.15 or abs(hi) * 0.05 or 1.0
         if limit is not None:
             right.axvspan(limit, hi + pad, color="#c0392b", alpha=0.12)
             right.axvline(limit, color="#c0392b", linewidth=0.8)
-            right.text(limit, -0.6, f" rejected above\n baseline +{tolerance:.0%}", fontsize="x-small",
-                       color="#c0392b", va="bottom")
+            what = "seed noise" if seed_limit is not None else f"baseline +{tolerance:.0%}"
+            right.text(limit, len(valued) - 0.55, f" rejected above {what}", fontsize="x-small", color="#c0392b",
+                       rotation=90, va="bottom", ha="left")  # along the limit, clear of the title
         if base is not None:
             right.axvline(base, color="#777777", linewidth=0.8, linestyle="--")
         for i, c in enumerate(valued):

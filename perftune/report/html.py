@@ -19,7 +19,9 @@ import yaml
 from perftune import __version__ as perftune_version
 from perftune.knobs import label_of
 from perftune.io.records import PHASES
-from perftune.io.sweep_records import FAILED_VERDICTS, SweepTrial
+from perftune.engine.seed_band import figure_band
+from perftune.engine.seed_runs import band
+from perftune.io.sweep_records import FAILED_VERDICTS, SweepResult, SweepTrial
 from perftune.report import figures, language
 from perftune.report.extra import extra_context
 from perftune.report.format import count_word, num, rate, speed_text, step_text, verdict_counts
@@ -275,6 +277,14 @@ def _reproduce(folder: SweepFolder) -> dict:
             "command": shlex.join(["perftune", "sweep", Path(plan_file).name, "--out", str(folder.out_dir), "--fresh"])}
 
 
+def seed_band_of(res: SweepResult) -> Optional[dict]:
+    """The baseline's seed band for the accuracy figure (issue 26; None for a sweep without seed runs)."""
+    base = next((t.result.accuracy for t in res.trials if t.kind == "baseline"), None)
+    gate = res.plan.accuracy
+    return figure_band(base, band(res), gate.metric, gate.tolerances.get(gate.metric, gate.rel_tolerance),
+                       res.plan.decision.confidence, gate.checkpoints)
+
+
 def build_context(folder: SweepFolder) -> dict:
     res = folder.result
     metric = res.plan.accuracy.metric
@@ -291,7 +301,7 @@ def build_context(folder: SweepFolder) -> dict:
         "throughput": figures.throughput_figure(measured),
         "splits": figures.splits_figure(measured),
         "compile": figures.compile_figure(measured),
-        "loss": figures.loss_figure(accuracy_curves(folder, metric), metric, tolerance),
+        "loss": figures.loss_figure(accuracy_curves(folder, metric), metric, tolerance, seed_band_of(res)),
         "memory": figures.memory_figure(measured),
     }
     return {

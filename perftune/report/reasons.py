@@ -91,6 +91,7 @@ def reason_text(t: SweepTrial) -> str:
     if w is None:
         return t.reason
     text = _core(t, w)
+    text += "".join(f"; {n}" for n in w.gate_notes)
     if w.unjudged:
         text += (f"; not judged at this burst length: {', '.join(w.unjudged)} (the baseline cannot tell; raise "
                  "accuracy.samples)")
