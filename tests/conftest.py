@@ -27,6 +27,9 @@ def write_plan(folder: Path, **fields) -> Path:
         "burst": dict(TINY_BURST),
         "baseline": {"batch_size": 32, "mode": "graph", "prefetch_size": 2},
         "decision": {"baseline_runs": 2, "max_runs": 2},
+        # the window fixed (batch x steps) and one seed: no sizing probes and no seed runs, which these tests do not
+        # look at; the gate's own tests pass ``accuracy=`` and get both (eager_sweep, test_accuracy_gate)
+        "accuracy": {"samples": 256, "seeds": 1},
     }
     plan.update(fields)
     folder.mkdir(parents=True, exist_ok=True)

@@ -47,7 +47,7 @@ def write_plan(folder: Path, name: str, script: str = "train.py", args=("--epoch
                **fields) -> Path:
     plan = {"name": name,
             "workload": {"script": script, "args": list(args), "knob_args": {"batch_size": "--batch-size"}},
-            "burst": BURST, "accuracy": {"samples": ACCURACY_SAMPLES},
+            "burst": BURST, "accuracy": {"samples": ACCURACY_SAMPLES, "seeds": 1},
             "baseline": {"batch_size": 32, "mode": "pynative"}, "decision": {"baseline_runs": 1}}
     plan.update(fields)
     path = folder / f"{name}.yaml"
