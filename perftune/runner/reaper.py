@@ -24,7 +24,7 @@ from typing import Iterator, Optional
 
 import psutil
 
-from perftune.runner.cgroup import TrialCgroup, containment_text, driver_tag, kill_stale_cgroups
+from perftune.runner.cgroup import TrialCgroup, containment_text, driver_tag, kill_stale_cgroups, own_cgroup
 
 PR_SET_CHILD_SUBREAPER = 36
 #: set in the environment of every process of a trial (inherited by its descendants): whose orphan is it
@@ -176,15 +176,18 @@ def kill_driver_leftovers(tag: str) -> list[int]:
 
 
 def _cgroup_events() -> Optional[Path]:
+    """Where the kernel counts this process's out-of-memory kills: ``memory.events`` of its cgroup v2 (found where
+    cgroup2 is really mounted: ``/sys/fs/cgroup/unified`` in a hybrid layout), else ``memory.oom_control`` of its v1
+    memory cgroup (a hybrid layout keeps the memory controller in v1)."""
+    own, _ = own_cgroup()
+    if own is not None and (own / "memory.events").is_file():
+        return own / "memory.events"
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
         return None
     for line in lines:
         parts = line.split(":", 2)
-        if len(parts) == 3 and parts[0] == "0":  # cgroup v2
-            path = Path("/sys/fs/cgroup") / parts[2].lstrip("/") / "memory.events"
-            return path if path.is_file() else None
         if len(parts) == 3 and "memory" in parts[1].split(","):  # cgroup v1
             path = Path("/sys/fs/cgroup/memory") / parts[2].lstrip("/") / "memory.oom_control"
             return path if path.is_file() else None
