@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, TINY_MLP
+from workloads_for_tests import model_job
 from perftune.engine.plan_load import parse_plan
 from perftune.engine.specs import make_spec
 from perftune.io.records import TrialResult
@@ -30,25 +31,8 @@ ACCURACY_SAMPLES = 3 * BATCH
 FIRST = [("accuracy", None, 3), ("warmup", None, 1 + 1), ("timed", 0, 4), ("timed", 1, 4), ("profiled", None, 2)]
 REPEAT = FIRST[:-1]
 
-JOB = """
-import sys
-import numpy as np
-import mindspore as ms
-import mindspore.dataset as ds
-from mindspore import nn
-from mindspore.train import Model
-import perftune
-
-ms.set_context(mode=ms.GRAPH_MODE)
-x = np.random.default_rng(0).normal(size=(256, 8)).astype(np.float32)
-y = (x[:, :1] > 0).astype(np.float32)
-data = ds.NumpySlicesDataset((x, y), column_names=["x", "y"], shuffle=False).batch(32)
-net = nn.Dense(8, 1)
-model = Model(net, nn.BCEWithLogitsLoss(), nn.SGD(net.trainable_params(), 0.1))
-model.train(4, data, callbacks=[perftune.Callback(out=sys.argv[1], warmup_steps=1, steps=4, repeats=2,
-                                                  profile_steps=2, accuracy_samples=96, drain_s=1e-6,
-                                                  replicate=int(sys.argv[2]), stop=True)])
-"""
+JOB = model_job(32, "[perftune.Callback(out=sys.argv[1], warmup_steps=1, steps=4, repeats=2, profile_steps=2, "
+                    "accuracy_samples=96, drain_s=1e-6, replicate=int(sys.argv[2]), stop=True)]", epochs=4)
 
 
 def sequence(result: TrialResult) -> list[tuple[str, object, int]]:

@@ -20,6 +20,7 @@ import yaml
 from click.testing import CliRunner
 
 from conftest import REPO, run_sweep_cli
+from workloads_for_tests import model_job
 from perftune.cli import main
 from perftune.report.format import rate
 from perftune.engine.plan_load import PlanError, load_plan
@@ -302,30 +303,8 @@ def test_a_custom_loop_with_the_two_lines(scripts):
         "amp_level=O2: the script trains with a custom loop, without mindspore.train.Model"), refused.reason
 
 
-JOB = """
-import sys
-import numpy as np
-import mindspore as ms
-import mindspore.dataset as ds
-from mindspore import nn
-from mindspore.train import LossMonitor, Model
-import perftune
-
-ms.set_context(mode=ms.GRAPH_MODE)
-x = np.random.default_rng(0).normal(size=(256, 8)).astype(np.float32)
-y = (x[:, :1] > 0).astype(np.float32)
-data = ds.NumpySlicesDataset((x, y), column_names=["x", "y"], shuffle=False).batch(16)
-net = nn.Dense(8, 1)
-model = Model(net, nn.BCEWithLogitsLoss(), nn.SGD(net.trainable_params(), 0.1))
-done = []
-class Count(ms.train.Callback):
-    def on_train_step_end(self, run_context):
-        done.append(1)
-model.train(3, data, callbacks=[LossMonitor(100), Count(),
-                                perftune.Callback(out=sys.argv[1], warmup_steps=1, steps=4, repeats=2,
-                                                  profile_steps=2)])
-print(f"trained {len(done)} steps")
-"""
+JOB = model_job(16, "[LossMonitor(100), Count(), perftune.Callback(out=sys.argv[1], warmup_steps=1, steps=4, "
+                    "repeats=2, profile_steps=2)]", epochs=3, tail='print(f"trained {len(done)} steps")')
 
 
 def test_the_callback_by_hand_writes_a_trial_that_compare_reads(tmp_path):

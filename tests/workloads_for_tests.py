@@ -98,3 +98,31 @@ def escaping_trainer(params: dict, seed: int):
     if own["stall"] == "train":
         time.sleep(300)
     return mlp.build(params, seed)
+
+
+def model_job(batch: int, callbacks: str, epochs: int, tail: str = "") -> str:
+    """A user's own small job (``Model.train`` on a Dense classifier in graph mode) with a hand-added
+    ``perftune.Callback``: ``callbacks`` is the Python list expression, ``tail`` lines run after training."""
+    return f"""
+import sys
+import numpy as np
+import mindspore as ms
+import mindspore.dataset as ds
+from mindspore import nn
+from mindspore.train import LossMonitor, Model
+import perftune
+
+ms.set_context(mode=ms.GRAPH_MODE)
+x = np.random.default_rng(0).normal(size=(256, 8)).astype(np.float32)
+y = (x[:, :1] > 0).astype(np.float32)
+data = ds.NumpySlicesDataset((x, y), column_names=["x", "y"], shuffle=False).batch({batch})
+net = nn.Dense(8, 1)
+model = Model(net, nn.BCEWithLogitsLoss(), nn.SGD(net.trainable_params(), 0.1))
+done = []
+class Count(ms.train.Callback):
+    def on_train_step_end(self, run_context):
+        done.append(1)
+model.train({epochs}, data, callbacks={callbacks})
+{tail}
+"""
+
