@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -125,17 +127,20 @@ def test_node_summary_of_a_cluster_sweep():
                           replicate=replicate, verdict="baseline" if kind == "baseline" else "measured", result=r)
 
     plan = Plan(name="s", workload="mlp")
+    # a cluster lists trials as they finished: the single's repeat (no comparison of its own) came back first
     trials = [trial("baseline", 0, 100, a), trial("baseline", 1, 80, b), trial("baseline", 2, 101, a),
-              trial("single", 0, 81, b, "+mode=pynative"), trial("single", 0, 100, NodeRecord(host="h3"), "+x=1")]
+              trial("repeat", 1, 82, b, "+mode=pynative"), trial("single", 0, 81, b, "+mode=pynative"),
+              trial("single", 0, 100, NodeRecord(host="h3"), "+x=1")]
     own = ComparisonRecord(reference="baseline", ratio=1.01, ci_low=0.9, ci_high=1.1, p_value=0.5, verdict="undecided",
                            df=6)
-    trials[3].vs_baseline = own  # the sweep's own comparison, made by its races
+    trials[4].vs_baseline = own  # the sweep's own comparison, made by its races
     summary = blocked.node_summary(SweepResult(plan=plan, started_utc="now", trials=trials))
     assert summary.hosts == {"aa": "h1", "bb": "h2", "h3": "h3"}
-    assert summary.trials_per_node == {"aa": 2, "bb": 2, "h3": 1}
+    assert summary.trials_per_node == {"aa": 2, "bb": 3, "h3": 1}
     assert summary.node_effect["bb"] / summary.node_effect["aa"] == pytest.approx(0.8, rel=0.01)
     single, orphan = summary.blocked
-    assert single.node == "bb" and single.per_node_ratio == {"bb": pytest.approx(81 / 80, rel=1e-6)}
+    assert single.node == "bb" and single.trial_id == "single0bb"
+    assert single.per_node_ratio == {"bb": pytest.approx(math.sqrt(81 * 82) / 80, rel=1e-6)}  # both processes on bb
     assert single.comparison == own  # one verdict per configuration: the sweep's, not a second one
     assert orphan.per_node_ratio == {} and "no baseline" in orphan.note
     assert blocked.node_summary(SweepResult(plan=plan, started_utc="now", trials=[])) is None

@@ -135,7 +135,8 @@ def node_summary(result: SweepResult) -> Optional[NodeSummary]:
         nodes = sorted({node_of(t.result) for t in trials})
         note = "its node measured no baseline" if not paired else \
             (f"left out: {len(unpaired)} node(s) without a baseline" if unpaired else "")
-        rows.append(NodeComparison(trial_id=trials[0].trial_id, label=label, node=",".join(nodes),
-                                   comparison=trials[0].vs_baseline, note=note,
+        first = min(trials, key=lambda t: t.replicate)  # not trials[0]: a cluster lists trials as they finished
+        rows.append(NodeComparison(trial_id=first.trial_id, label=label, node=",".join(nodes),
+                                   comparison=first.vs_baseline, note=note,
                                    per_node_ratio={n: math.exp(d) for n, d in zip(paired, diffs)}))
     return NodeSummary(hosts=hosts, trials_per_node=per_node, node_effect=node_effect(baseline), blocked=rows)

@@ -20,14 +20,14 @@ def warning_text(w: SplitWarning) -> str:
         factor = 1 / f["op_scale"] if slower else f["op_scale"]
         why = ("profiler overhead: every launch is recorded" if slower else
                "the timed steps waited for something the profiled ones did not: contention or an asynchronous queue")
-        return (f"op phases x{f['op_scale']:.3f}: the profiled steps' compute {f['profiled_ms']:.3f} ms ran "
+        return (f"op phases scaled by {f['op_scale']:.3f}: the profiled steps' compute {f['profiled_ms']:.3f} ms ran "
                 f"x{factor:.2f} {'slower' if slower else 'faster'} than the timed steps' {f['timed_ms']:.3f} ms "
                 f"({why})")
     if w.kind == "op_scale_far":
         return (f"profiled and timed steps differ by more than x{f['limit']:.2f}: each phase is only known to lie "
                 "in its range; compare phases of two trials by their ranges")
     if w.kind == "ops_exceed_step":
-        return (f"op phases scaled x{f['budget_ms'] / f['op_ms']:.3f}: op time {f['op_ms']:.3f} ms > step - data "
+        return (f"op phases scaled by {f['budget_ms'] / f['op_ms']:.3f}: op time {f['op_ms']:.3f} ms > step - data "
                 f"{f['budget_ms']:.3f} ms and no profiled step time to tell profiler overhead from overlapping ops")
     return f"{w.kind}: {', '.join(f'{k} {v:g}' for k, v in f.items())}"
 
@@ -36,7 +36,7 @@ def split_notes(s: Splits) -> list[str]:
     """Every note on one trial's splits, in words (results written before ``warnings`` carry a cause in words)."""
     notes = [warning_text(w) for w in s.warnings]
     if not s.warnings and s.op_scale_cause:
-        notes.append(f"op phases x{s.op_scale:.3f}: {s.op_scale_cause}")
+        notes.append(f"op phases scaled by {s.op_scale:.3f}: {s.op_scale_cause}")
     if s.by_time_share:
         notes.append(f"{s.by_time_share:.0%} of the step has its phase from where its ops ran in the step (their "
                      "names and types do not say)")
