@@ -50,9 +50,10 @@ def everything(tmp_path_factory):
              "prefetch_size": 4, "grad_accum_steps": 2, "loss_scale": "dynamic", "amp_level": "O2",
              "recompute": True, "kernel_threads": 1, "dispatch_threads": 2, "drop_remainder": False,
              "python_multiprocessing": True, "dataset_sink_mode": True, "jit_level": "O1"}
-    # 1000 samples: with drop_remainder=false the 32nd batch of each pass holds the last 8
+    # 200 samples: with drop_remainder=false the 7th batch of each pass holds the last 8, and the accuracy window
+    # alone crosses a pass (how many drain steps run depends on the machine)
     return burst(tmp_path_factory, "everything", knobs,
-                 params={**TINY_MLP, "train_samples": 1000, "preprocess_ms": 0.01})
+                 params={**TINY_MLP, "train_samples": 200, "preprocess_ms": 0.01})
 
 
 def test_burst_end_to_end(baseline):
@@ -108,7 +109,7 @@ def test_every_knob_takes_effect_or_says_why(everything, baseline):
                 text="dataset_sink_mode=true has no effect on CPU: MindSpore accepts it and ignores it") in result.notes
     # drop_remainder=false: the last, short batch of each pass really reaches the step
     sizes = {s.samples_seen - prev.samples_seen for prev, s in zip(result.steps, result.steps[1:])}
-    assert sizes == {32, 1000 % 32}
+    assert sizes == {32, 200 % 32}
     # the MindRecord file is written once per dataset, in the shared cache
     files = list(Path(result_cache(everything)).glob("mindrecord/*/data.mindrecord"))
     assert len(files) == 1

@@ -23,6 +23,7 @@ from perftune.report.efficiency import efficiency, trial_mfu
 from perftune.report.extra import sweep_environment
 from perftune.report.figures_extra import loss_difference
 from perftune.report.load import load_folder
+from perftune.report.tables import process_label
 
 from conftest import REPO
 
@@ -71,7 +72,7 @@ def test_report_states_the_peak_and_every_trials_mfu(quick_sweep, tmp_path, cach
     assert len(rows) == len(ok) >= 5
     for t in ok:
         expected = t.result.flops_per_sample * t.result.samples_per_s / PEAK
-        label = f"{t.label} (run {t.replicate + 1})" if t.kind == "baseline" else t.label
+        label = process_label(t, folder.trials)  # as every table labels a process: repeats are "(run N)" too
         assert rows[label][-1] == f"{expected:.2%}", label
     assert 'alt="MFU per trial"' in eff
 

@@ -78,6 +78,9 @@ def test_export_a_real_sweep_to_tensorboard_and_csv(quick_sweep, tmp_path):
     assert runs == len(folder.trials) and sorted(p.name for p in tb.iterdir() if p.name != ex.MANIFEST) == sorted(
         ex.unique_run_names(folder.trials).values())
     assert {"baseline", "baseline_run2", "+mode=pynative", "+num_parallel_workers=2"} <= {p.name for p in tb.iterdir()}
+    # a candidate's repeats are runs of it, named as the tables name them (they used to collide with it)
+    repeats = [t for t in folder.trials if t.kind == "repeat"]
+    assert {f"{t.label}_run{t.replicate + 1}" for t in repeats} <= {p.name for p in tb.iterdir()}
     # a second export replaces the runs instead of doubling every curve
     assert export(quick_sweep, "--tensorboard", str(tb)).exit_code == 0
     assert check_tensorboard(quick_sweep, tb) == runs

@@ -137,7 +137,7 @@ def test_version_3_reasons_are_lifted_once_and_rendered_in_the_one_convention():
     from perftune.report.format import speed_text
     from perftune.report.reasons import reason_text
 
-    sample = REPO / "reports" / "sample"
+    sample = REPO / "tests" / "data" / "results_v3"  # the quickstart sample as written before schema 4
     raw = json.loads((sample / "results.json").read_text())
     assert raw["schema_version"] == 3
     sweep = read_sweep(sample)

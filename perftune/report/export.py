@@ -58,8 +58,10 @@ class ExportSummary:
 
 def run_name(trial: SweepTrial) -> str:
     """The trial's label as a folder name: ``baseline``, ``mode=graph``, ``+mode=graph_+num_parallel_workers=2``;
-    repeated baseline runs get ``_run<N>``."""
-    label = trial.label + (f" run{trial.replicate + 1}" if trial.kind == "baseline" and trial.replicate else "")
+    a configuration's later processes (the baseline's runs, a candidate's repeats) get ``_run<N>``, as the tables
+    label them ``(run N)``."""
+    later = trial.kind in ("baseline", "repeat") and trial.replicate
+    label = trial.label + (f" run{trial.replicate + 1}" if later else "")
     return re.sub(r"[^A-Za-z0-9._=+,-]+", "_", label).strip("_.") or trial.trial_id
 
 
