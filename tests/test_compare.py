@@ -95,6 +95,8 @@ def test_same_configuration_twice_compares_as_one_configuration(compare_runs):
     # same plan, same machine: nothing to warn about but the load, and accuracy is bit-for-bit the same training
     assert not [w for w in report.warnings if "differ" in w], report.warnings
     assert cc.metrics["val_loss"].verdict == "no significant change"
+    # the mlp is a classifier: no "perplexity" (exp of its loss) in compare's figures, as everywhere else
+    assert "perplexity" not in cc.metrics and "perplexity" not in result.stdout
 
 
 def test_genuinely_slower_workload_is_slower_with_a_warning(compare_runs):

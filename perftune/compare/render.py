@@ -152,8 +152,9 @@ def render_markdown(report: CompareReport) -> str:
         out.append("| " + " | ".join(_md(v) for v in row) + " |")
     out.append("")
     # where the time moved, memory and accuracy, one row per configuration
+    accuracy = [a for a in ACCURACY_METRICS if any(a in cc.metrics for cc in report.configurations)]
     detail_cols = ["configuration", "step time ms", "data wait ms"] + [f"{p} ms (profiled)" for p in PHASES] + \
-        ["peak memory MB"] + list(ACCURACY_METRICS)
+        ["peak memory MB"] + accuracy
     out.append("<details><summary>step time, splits, memory, accuracy (OLD → NEW)</summary>")
     out.append("")
     out.append("| " + " | ".join(detail_cols) + " |")
@@ -168,7 +169,7 @@ def render_markdown(report: CompareReport) -> str:
         m = cc.metrics
         out.append("| " + " | ".join(_md(v) for v in [cc.label, cell(m.get("step_time")), cell(m.get("data_wait"))]
                                       + [cell(m.get(f"split.{p}")) for p in PHASES] + [cell(m.get("memory"))]
-                                      + [cell(m.get(a)) for a in ACCURACY_METRICS]) + " |")
+                                      + [cell(m.get(a)) for a in accuracy]) + " |")
     out += ["", "Data wait, splits, memory and accuracy have no interval: the threshold applies to their relative "
             "change.  Throughput and step time are the centres the ratio is estimated from: the geometric mean, "
             "over each side's processes, of every timed window's batch / mean step (so NEW / OLD is the ratio "
