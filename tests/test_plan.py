@@ -201,3 +201,28 @@ def test_min_window_s_is_bounded_and_named(tmp_path, value):
         load_plan(path)
     (line,) = [ln for ln in str(err.value).splitlines() if "burst.min_window_s" in ln]  # one problem line per field
     assert f"(got {value})" in line
+
+
+@pytest.mark.parametrize("section,field,value", [
+    ("burst", "drain_s", "-1"), ("burst", "drain_s", "601"),
+    ("accuracy", "window_budget_s", "0"), ("accuracy", "window_budget_s", "3601"),
+    ("accuracy", "seeds", "0"), ("accuracy", "seeds", "51"),
+    ("accuracy", "checkpoints", "-1"), ("accuracy", "checkpoints", "21")])
+def test_the_gate_and_drain_fields_are_bounded_and_named(tmp_path, section, field, value):
+    """The fields issue 26 and 28 added: out of range is one line naming the field and the value."""
+    path = tmp_path / "p.yaml"
+    path.write_text(f"name: p\nworkload: mlp\n{section}: {{{field}: {value}}}\n")
+    with pytest.raises(UserError) as err:
+        load_plan(path)
+    (line,) = [ln for ln in str(err.value).splitlines() if f"{section}.{field}" in ln]
+    assert f"(got {value})" in line
+
+
+def test_an_empty_seed_arg_is_refused_naming_it(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("name: p\nworkload: {script: train.py, seed_arg: ''}\n")
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    with pytest.raises(UserError) as err:
+        load_plan(path)
+    (line,) = [ln for ln in str(err.value).splitlines() if "seed_arg" in ln and "(got '')" in ln]
+    assert "at least 1 character" in line
