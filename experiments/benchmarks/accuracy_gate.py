@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from experiments.benchmarks._common import SMALL_GPT, fail, loadavg, log, make_plan, out_dir  # noqa: E402
+from experiments.benchmarks.harness import SMALL_GPT, fail, loadavg, log, make_plan, out_dir  # noqa: E402
 from perftune.engine.accuracy import check  # noqa: E402
 from perftune.engine.seed_runs import size_window, window_spec  # noqa: E402
 from perftune.runner import run_trial  # noqa: E402
