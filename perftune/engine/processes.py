@@ -72,17 +72,23 @@ class Processes:
     def first(self, key: Hashable) -> SweepTrial:
         return self.of[key][0]
 
+    def run_or_reuse(self, spec: TrialSpec, lane: Optional[int] = None) -> tuple[TrialResult, bool]:
+        """``spec``'s result, from its folder when an earlier run finished it (True), else measured now (False)."""
+        trial_dir = self.trials_dir / spec.trial_id
+        result = reusable_trial(trial_dir, spec.trial_id)
+        if result is not None:
+            return result, True
+        return (self.run_trial(spec, trial_dir) if lane is None else self.run_trial(spec, trial_dir, lane=lane)), False
+
     def measure(self, changes: dict[str, Any], kind: str, replicate: int = 0, lane: Optional[int] = None) -> SweepTrial:
         """One trial (reused when an earlier run finished it); ``lane``: the runner's lane, from a lane's thread."""
         spec = self.spec(changes, replicate)
-        trial_dir = self.trials_dir / spec.trial_id
         if lane is None:  # the lanes' runner says itself what runs where
             self.progress.start(spec.label + (f" (run {replicate + 1})" if replicate else ""))
-        result = reusable_trial(trial_dir, spec.trial_id)
-        with self.lock:  # reused = finished by an earlier, interrupted run (not one this run already measured)
-            reused = result is not None and all(t.trial_id != spec.trial_id for t in self.result.trials)
-        if result is None:
-            result = self.run_trial(spec, trial_dir) if lane is None else self.run_trial(spec, trial_dir, lane=lane)
+        with self.lock:  # measured already by this run: a folder found again is not "reused" from an earlier one
+            seen = any(t.trial_id == spec.trial_id for t in self.result.trials)
+        result, found = self.run_or_reuse(spec, lane)
+        reused = found and not seen
         verdict = result.status if result.status in FAILED_VERDICTS else \
             ("baseline" if kind == "baseline" else "measured")
         trial = SweepTrial(trial_id=spec.trial_id, label=spec.label, kind=kind, changes=changes,

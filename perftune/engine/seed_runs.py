@@ -23,7 +23,7 @@ import numpy as np
 from perftune.engine.plan_load import baseline_knobs
 from perftune.engine.specs import make_spec, trial_id
 from perftune.errors import UserError
-from perftune.io.files import RESULTS_NAME, read_sweep, reusable_trial
+from perftune.io.files import RESULTS_NAME, read_sweep
 from perftune.io.plan import MAX_SEED, BurstSettings, Plan
 from perftune.io.records import Accuracy, TrialResult, TrialSpec
 from perftune.io.sweep_records import AccuracyCalibration, SweepResult
@@ -156,19 +156,16 @@ def calibrate(plan: Plan, measure: Measure, cache_dir: Optional[str], say: Calla
 
 
 class Runs:
-    """``Measure`` for a sweep: each trial in its folder under ``trials_dir``, reused when an earlier run finished
-    it, one progress line each."""
+    """``Measure`` for a sweep: each trial run or reused by ``run_or_reuse`` (the sweep's own,
+    ``Processes.run_or_reuse``), one progress line each."""
 
-    def __init__(self, trials_dir: Path, run: Callable[[TrialSpec, Path], TrialResult],
+    def __init__(self, run_or_reuse: Measure,
                  start: Callable[[str], None], say: Callable[[str], None]):
-        self.trials_dir, self.run, self.start, self.say = trials_dir, run, start, say
+        self.run_or_reuse, self.start, self.say = run_or_reuse, start, say
 
     def __call__(self, spec: TrialSpec) -> tuple[TrialResult, bool]:
-        trial_dir = self.trials_dir / spec.trial_id
         self.start(spec.label)
-        result = reusable_trial(trial_dir, spec.trial_id)
-        reused = result is not None
-        result = result if result is not None else self.run(spec, trial_dir)
+        result, reused = self.run_or_reuse(spec)
         self.say(f"  {spec.label}: {progress_text(result)}" + (" (reused)" if reused else ""))
         return result, reused
 
@@ -184,7 +181,7 @@ def calibrate_sweep(sweep) -> tuple[Plan, AccuracyCalibration]:
             baseline_knobs(plan)["batch_size"]) * plan.burst.steps})
         plan = plan.model_copy(update={"accuracy": gate})
     procs = sweep.procs
-    runs = Runs(procs.trials_dir, procs.run_trial, procs.progress.start, sweep.say)
+    runs = Runs(procs.run_or_reuse, procs.progress.start, sweep.say)
     return calibrate(plan, runs, str(procs.cache_dir), sweep.say)
 
 
