@@ -48,6 +48,11 @@ def check_script_workload(data: dict, base_dir: Path) -> tuple[dict, list[str]]:
         elif not isinstance(option, str) or not option.strip():
             problems.append(f"workload.knob_args.{name}: expected the script's option as a string, e.g. "
                             f"'--{name.replace('_', '-')}' (got {option!r})")
+    seed_arg = work.get("seed_arg")
+    clash = [name for name, option in knob_args.items() if isinstance(option, str) and option == seed_arg]
+    if isinstance(seed_arg, str) and clash:  # the seed runs would set the knob, and the knob the seed
+        problems.append(f"workload.seed_arg: {seed_arg!r} is also workload.knob_args.{clash[0]}; the script's seed "
+                        "option must be its own")
     problems += route_problems(knobs_in_play(data), knob_args)
     problems += _check_metric(data)
     data = _default_metric(data)
