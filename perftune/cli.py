@@ -151,6 +151,8 @@ def knobs_command() -> None:
             else:
                 backends.append(b)
         click.echo(f"  backends: {', '.join(backends)}")
+        if knob.pairable:
+            click.echo("  compared: pairable (one process, both pipelines, alternating windows; decision.paired)")
         route = {"context": "set before the script, kept against its set_context", "dataset":
                  "mindspore.dataset.config", "model": "where the script builds Model / calls Model.train"}
         click.echo(f"  script:   {route.get(knob.script_route, 'only through workload.knob_args')}")

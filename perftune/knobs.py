@@ -36,6 +36,9 @@ class Knob:
     #: script and kept against its own set_context), "dataset" (mindspore.dataset.config), "model" (where the
     #: script builds mindspore.train.Model / calls Model.train); "" = only through the plan's ``knob_args``
     script_route: str = ""
+    #: a knob of the data pipeline alone (one pipeline's own argument, not process-wide state): a change of it is
+    #: compared in one process, with both pipelines feeding one model in alternating windows (``engine/paired.py``)
+    pairable: bool = False
 
     def normalize(self, value: Any) -> Any:
         """YAML 1.1 reads ``on``/``off`` as booleans; give them back their names where the knob has those choices."""
@@ -97,16 +100,16 @@ KNOBS: dict[str, Knob] = {
              "(grows 2x every 50 finite steps, halves and skips the update on overflow)", "compute",
              choices=("none", "static", "dynamic"), script_route="model"),
         Knob("num_parallel_workers", "int", 1, "dataset worker threads for map and batch (MindSpore refuses more than "
-             "the machine's cores)", "data", minimum=1, maximum=256, script_route="dataset"),
+             "the machine's cores)", "data", minimum=1, maximum=256, script_route="dataset", pairable=True),
         Knob("prefetch_size", "int", 16, "dataset queue depth per operator (ds.config.set_prefetch_size)", "data",
              minimum=1, maximum=1024, script_route="dataset"),
         Knob("dataset_autotune", "bool", False, "MindSpore's own dataset autotuning (ds.config.set_enable_autotune): "
              "it adjusts workers and queue sizes while training runs; compare it with perftune's choice", "data",
              script_route="dataset"),
         Knob("python_multiprocessing", "bool", False, "run the Python map in worker processes instead of threads "
-             "(escapes the GIL)", "data"),
+             "(escapes the GIL)", "data", pairable=True),
         Knob("dataset_format", "choice", "numpy", "feed the data from NumPy arrays or from a MindRecord file "
-             "(written once per dataset and reused)", "data", choices=("numpy", "mindrecord")),
+             "(written once per dataset and reused)", "data", choices=("numpy", "mindrecord"), pairable=True),
         Knob("drop_remainder", "bool", True, "drop the last incomplete batch (avoids a shape change and a "
              "recompile)", "data"),
         Knob("grad_accum_steps", "int", 1, "split each batch into k micro-batches and accumulate their gradients "

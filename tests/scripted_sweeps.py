@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from perftune.burst.meter import pair_schedule
 from perftune.engine.sweep import Sweep
 from perftune.io.plan import AccuracyGate, Plan
 from perftune.io.records import Accuracy, Note, TrialResult, TrialSpec, WindowStats
@@ -48,6 +49,8 @@ class ScriptedRunner:
         if self.interrupt_at is not None and len(self.calls) + 1 == self.interrupt_at:
             raise KeyboardInterrupt
         self.calls.append((spec.label, spec.replicate))
+        if spec.pair is not None:
+            return self.paired(spec, trial_dir)
         s = self.scripts.get(spec.label)
         assert s is not None, f"the sweep ran a configuration the test did not script: {spec.label}"
         fields = dict(trial_id=spec.trial_id, workload=spec.workload, device=spec.device, knobs=spec.knobs,
@@ -69,6 +72,26 @@ class ScriptedRunner:
                          for v in sps],
                 samples_per_s=sorted(sps)[1], step_ms_median=step_ms, data_wait_ms_median=s.data_share * step_ms,
                 accuracy=Accuracy(samples_seen=spec.accuracy_samples, val_loss=s.val_loss, train_loss=s.val_loss))
+        write_json_atomic(trial_dir / "trial.json", result.model_dump(mode="json"))
+        return result
+
+    def paired(self, spec: TrialSpec, trial_dir: Path) -> TrialResult:
+        """A paired process: windows in the meter's ABBA/BAAB order, each arm at its script's factor (its first
+        process's), with +-0.5% seeded noise per window."""
+        factors = []
+        for label in (spec.pair.reference_label, spec.pair.label):
+            s = self.scripts.get(label)
+            assert s is not None, f"the sweep paired a configuration the test did not script: {label}"
+            factors.append(s.factor[0] if isinstance(s.factor, list) else s.factor)
+        rng = random.Random(f"{spec.label}/{spec.replicate}")
+        windows = []
+        for arm in pair_schedule(spec.pair.blocks):
+            v = BASE_SPS * factors[arm] * (1 + rng.uniform(-0.005, 0.005))
+            windows.append(WindowStats(steps=10, total_ms=10 * 1000 * spec.knobs["batch_size"] / v,
+                                       median_step_ms=1000 * spec.knobs["batch_size"] / v, samples_per_s=v, arm=arm))
+        result = TrialResult(status="ok", trial_id=spec.trial_id, workload=spec.workload, device=spec.device,
+                             knobs=spec.knobs, burst=spec.burst, windows=windows, samples_per_s=windows[0].samples_per_s,
+                             wall_s=1.0)
         write_json_atomic(trial_dir / "trial.json", result.model_dump(mode="json"))
         return result
 

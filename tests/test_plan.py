@@ -226,3 +226,23 @@ def test_an_empty_seed_arg_is_refused_naming_it(tmp_path):
         load_plan(path)
     (line,) = [ln for ln in str(err.value).splitlines() if "seed_arg" in ln and "(got '')" in ln]
     assert "at least 1 character" in line
+
+
+def test_a_seed_arg_that_is_also_a_knob_arg_is_refused(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("name: p\nworkload: {script: train.py, seed_arg: '--bs', knob_args: {batch_size: '--bs'}}\n"
+                    "variables: {batch_size: [64]}\n")
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    with pytest.raises(UserError) as err:
+        load_plan(path)
+    (line,) = [ln for ln in str(err.value).splitlines() if "workload.seed_arg" in ln]
+    assert "workload.knob_args.batch_size" in line
+
+
+def test_the_paired_design_fields_are_refused_out_of_range(tmp_path):
+    for field, value in (("paired_blocks", 0), ("paired_window_s", 0), ("paired", "sometimes")):
+        path = tmp_path / "p.yaml"
+        path.write_text(f"name: p\nworkload: mlp\ndecision: {{{field}: {value}}}\n")
+        with pytest.raises(UserError) as err:
+            load_plan(path)
+        assert any(f"decision.{field}" in ln for ln in str(err.value).splitlines()), (field, str(err.value))

@@ -38,7 +38,7 @@ def v1_copy(tmp_path) -> Path:
 
 def test_the_fixture_is_version_1():
     raw = json.loads((V1 / "results.json").read_text())
-    assert raw["schema_version"] == 1 and RESULTS_SCHEMA_VERSION == 4 and TRIAL_SCHEMA_VERSION == 3
+    assert raw["schema_version"] == 1 and RESULTS_SCHEMA_VERSION == 5 and TRIAL_SCHEMA_VERSION == 4
     assert any(SINK_NOTE in t["result"]["notes"] for t in raw["trials"])
 
 

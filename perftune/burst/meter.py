@@ -19,6 +19,13 @@ The phases, in order (a phase of zero size is skipped: ``accuracy_samples`` 0, `
    drain steps); losses are read back once per window, at its end, as training does.
 5. profiled: ``profile_steps`` steps under the profiler; only in a configuration's first process (replicate 0).
 
+A paired process (``spec.pair``: ``perftune.engine.paired``) has two arms, the reference's pipeline (0) and the
+candidate's (1), feeding one model; the driver takes each step's batch from the arm ``Meter.arm`` names.  Its
+timed windows alternate ABBA / BAAB (``pair_schedule``), each at least ``pair.min_window_s`` long; before a window
+whose arm differs from the last step's, the new arm is switched in by untimed steps: its warm-up the first time,
+then a drain of what its pipeline prefetched meanwhile (the drain's rule), so a full queue does not flatter it.
+It has no accuracy window (``accuracy_samples`` 0: both arms share one history) and no profile.
+
 Timing: a step runs from the end of the previous step to the end of this one (``start`` sets the first origin), so
 the steps of a window add up to its time; its data wait is the part before ``begin`` (fetching the batch).  With
 ``dataset_sink_mode`` MindSpore reports one end per sink: each of its steps gets the sink's time over its steps.
@@ -59,6 +66,14 @@ DRAIN_S = 5.0
 DRY_WAIT_MS = 0.5
 DRY_WAIT_SHARE = 0.1
 DRY_STEPS = 2
+#: a drain takes up to this many times ``prefetch_size + 2`` steps, unless the queue runs dry first: the pipeline
+#: holds more than its prefetch (each operator's queue, the iterator's).  At 1x, the windows right after a drain were
+#: 10% fast on the data-bound quickstart workload (paired ABBA blocks alternated -10% / +10%); the cap only bounds a
+#: pipeline that never runs dry, and then its queue changes nothing
+DRAIN_CAP_FACTOR = 4
+#: the warm-up and drain steps the window calibration reads: the last ones (the first took batches the pipeline had
+#: queued during compile, 5x faster than a data-bound step: windows calibrated on them lasted 3 s, not 0.5)
+CALIBRATE_FROM = 3
 
 
 class BurstDone(BaseException):
@@ -73,8 +88,19 @@ class Meter:
         self.dir = Path(out_dir)
         self.result = result if result is not None else failed_result(spec, "failed", None)
         self.grad_norms = grad_norms  # the driver passes each accuracy step's gradient norm (perftune's own step)
-        self.repeat = spec.replicate > 0  # a repeat process: every phase but the profile (the first process has it)
-        if self.repeat:
+        # a repeat process: every phase but the profile (the first process has it); a paired process likewise
+        self.repeat = spec.replicate > 0 or spec.pair is not None
+        self.schedule = pair_schedule(spec.pair.blocks) if spec.pair is not None else [0] * spec.burst.repeats
+        self.arm = 0  # the arm whose pipeline feeds the next step (always 0 but in a paired process)
+        self.switching = False  # untimed steps switching the next window's arm in (warm-up, then drain)
+        self.switch_steps: list[StepRecord] = []
+        self.warmed = {0}
+        if spec.pair is not None:
+            self.result.notes.append(Note(kind="info", text=(
+                f"paired process: {spec.pair.reference_label} (arm A) and {spec.pair.label} (arm B) fed one model from two "
+                f"pipelines, {len(self.schedule)} timed windows in ABBA/BAAB order; the throughput figures are "
+                "arm A's, the comparison is the sweep's")))
+        elif self.repeat:
             self.result.notes.append(Note(kind="info", text=(
                 f"repeat process {spec.replicate + 1} of this configuration: the profile comes from its first "
                 "process; the accuracy window ran too, so that every process is timed after the same history")))
@@ -110,7 +136,7 @@ class Meter:
     @property
     def sync(self) -> bool:
         """Whether this step's loss is read back now (not in a timed window: there once, at its end)."""
-        return self.phase != "timed"
+        return self.phase != "timed" or self.switching
 
     def needed_steps(self) -> str:
         """What the burst needs, for a "training ended early" reason."""
@@ -152,14 +178,15 @@ class Meter:
         norm = None
         if self.phase == "accuracy" and grad_norm is not None:
             norm = finite_or_none(float(grad_norm.asnumpy()) if hasattr(grad_norm, "asnumpy") else float(grad_norm))
+        timed = self.phase == "timed" and not self.switching
         for i in range(steps):
             self.samples_seen += per_step
-            record = StepRecord(phase=RECORD_PHASE.get(self.phase, self.phase),
-                                window=self.window if self.phase == "timed" else None,
+            record = StepRecord(phase="warmup" if self.switching else RECORD_PHASE.get(self.phase, self.phase),
+                                window=self.window if timed else None,
                                 step_ms=step_ms, data_wait_ms=wait_ms, loss=value, grad_norm=norm,
                                 learning_rate=self.learning_rate, samples_seen=self.samples_seen)
             self.records.append(record)
-            self.in_phase.append(record)
+            (self.switch_steps if self.switching else self.in_phase).append(record)
             if not sync:
                 self.pending.append((record, loss if i == steps - 1 else None))
         if self.result.compile_ms is None:
@@ -180,7 +207,7 @@ class Meter:
         if self.phase == "drain":
             return self.drained()
         if self.phase == "timed":
-            return self.window >= b.repeats
+            return self.window >= len(self.schedule)
         if self.phase == "profiled":
             return self.repeat or n >= b.profile_steps
         return True
@@ -192,11 +219,16 @@ class Meter:
     def advance(self) -> None:
         """After each step: close a full timed window, then leave every complete phase (entering the next)."""
         while True:
-            if self.phase == "timed" and self.in_phase and len(self.in_phase) >= self.window_steps:
+            if self.switching and self.switched():
+                self.switching = False
+                self.warmed.add(self.arm)
+                self.window_reading = contention.read()
+            if self.phase == "timed" and not self.switching and self.in_phase \
+                    and len(self.in_phase) >= self.window_steps:
                 self.close_window()
-                if self.window < self.spec.burst.repeats:
-                    self.window_reading = contention.read()
-            if self.phase == "done" or not self.complete():
+                if self.window < len(self.schedule):
+                    self.next_window()
+            if self.phase == "done" or self.switching or not self.complete():
                 return
             self.leave()
             self.phase = ORDER[ORDER.index(self.phase) + 1]
@@ -206,10 +238,10 @@ class Meter:
     def enter(self) -> None:
         if self.phase == "drain":
             bound = self.spec.burst.drain_s
-            self.drain_cap = 0 if bound == 0 else queued_batches() + 2
+            self.drain_cap = 0 if bound == 0 else DRAIN_CAP_FACTOR * (queued_batches() + 2)
         elif self.phase == "timed":
             self.calibrate()
-            self.window_reading = contention.read()
+            self.next_window()
         elif self.phase == "profiled" and not self.complete():
             self.open_profile()
         elif self.phase == "done":
@@ -223,16 +255,42 @@ class Meter:
                 self.accuracy_end(acc)
         elif self.phase in ("warmup", "drain"):
             self.result.warmup_steps = sum(r.phase == "warmup" for r in self.records)
-        elif self.phase == "timed":
-            summarize_timed(self.result, [r for r in self.records if r.phase == "timed"],
-                            self.result.tokens_per_sample)
+        elif self.phase == "timed":  # a paired process's figures are its reference arm's
+            arm_a = {i for i, arm in enumerate(self.schedule) if arm == 0}
+            summarize_timed(self.result, [r for r in self.records if r.phase == "timed" and r.window in arm_a],
+                            self.result.tokens_per_sample, [w for w in self.result.windows if w.arm == 0])
         elif self.phase == "profiled":
             self.close_profile()
 
+    def next_window(self) -> None:
+        """Before each timed window: its arm switched in first where the last steps were the other arm's."""
+        arm = self.schedule[self.window]
+        if arm == self.arm and arm in self.warmed:
+            self.window_reading = contention.read()
+            return
+        self.arm, self.switching, self.switch_steps = arm, True, []
+        bound = self.spec.burst.drain_s
+        self.drain_cap = 0 if bound == 0 else DRAIN_CAP_FACTOR * (queued_batches() + 2)
+
+    def switched(self) -> bool:
+        """The switch's warm-up (the arm's first time) and then its drain are done."""
+        warm = 0 if self.arm in self.warmed else max(1, self.spec.burst.warmup_steps)
+        if len(self.switch_steps) < warm:
+            return False
+        bound = self.spec.burst.drain_s
+        return drain_done(self.switch_steps[warm:], self.drain_cap, DRAIN_S if bound is None else bound)
+
     def calibrate(self) -> None:
-        """``burst.min_window_s``: as many steps per window as that takes (``results.calibrated_window_steps``)."""
+        """``burst.min_window_s``: as many steps per window as that takes (``results.calibrated_window_steps``);
+        a paired process's windows at least ``pair.min_window_s``."""
         warm = [r.step_ms for r in self.records if r.phase == "warmup"]
-        self.window_steps, note = calibrated_window_steps(self.spec.burst, warm)
+        if len(warm) > CALIBRATE_FROM + 1:  # the drain's last steps: the pipeline's own rate, not its queue's
+            warm = warm[:1] + warm[-CALIBRATE_FROM:]
+        burst = self.spec.burst
+        if self.spec.pair is not None:
+            burst = burst.model_copy(update={"min_window_s": max(burst.min_window_s or 0.0,
+                                                                 self.spec.pair.min_window_s)})
+        self.window_steps, note = calibrated_window_steps(burst, warm)
         if note is not None:
             self.result.notes.append(note)
 
@@ -248,7 +306,9 @@ class Meter:
         self.pending = []
         guard = contention.between(self.window_reading, contention.read())
         samples = window[-1].samples_seen - window[0].samples_seen + self.samples_of(window[0])
-        self.result.windows.append(window_stats(window, sum(r.step_ms for r in window), samples, guard))
+        stats = window_stats(window, sum(r.step_ms for r in window), samples, guard)
+        stats.arm = self.arm
+        self.result.windows.append(stats)
         self.window += 1
         self.in_phase = []
 
@@ -297,9 +357,18 @@ class Meter:
         self.result.wall_s = time.perf_counter() - self.started_wall
 
 
+def pair_schedule(blocks: int) -> list[int]:
+    """Each timed window's arm in a paired process (0: reference, 1: candidate): ABBA, BAAB, ABBA, ..., so that
+    linear drift and the window's place after a switch cancel within each block and across blocks."""
+    out: list[int] = []
+    for b in range(blocks):
+        out += [0, 1, 1, 0] if b % 2 == 0 else [1, 0, 0, 1]
+    return out
+
+
 def drain_done(steps: list[StepRecord], cap: int, bound_s: float) -> bool:
     """The drain ends at the first of: steps that waited for their batch (the queue ran dry: from there on the
-    steps wait as the pipeline's real rate makes them), ``cap`` steps (``prefetch_size + 2``: the queue is spent), or
+    steps wait as the pipeline's real rate makes them), ``cap`` steps (``DRAIN_CAP_FACTOR x (prefetch_size + 2)``: the queue is spent), or
     ``bound_s`` seconds of steps (a model that slow keeps its queue full anyway: draining it changes nothing)."""
     if len(steps) >= cap:
         return True

@@ -125,6 +125,9 @@ class Burst:
         else:
             dataset = build_dataset(workload, k, "train", cache)
         self.iterator = dataset.create_tuple_iterator(num_epochs=1, do_copy=False)
+        self.iterators = [self.iterator]
+        if spec.pair is not None:  # a paired process: the candidate's pipeline beside the reference's (arm 1)
+            self.iterators.append(self.pair_pipeline(cache).create_tuple_iterator(num_epochs=1, do_copy=False))
         self.result.applied = read_back(k, network, self.step_fn, dataset)
         self.result.applied["amp_effect"] = amp_outcome.effect
         if self.world > 1:
@@ -143,11 +146,24 @@ class Burst:
         meter.start()
         while not meter.done:
             self.fault_injection()
-            batch = next(self.iterator)
+            batch = next(self.iterators[meter.arm])
             meter.begin()
             loss, grad_norm = (self.accuracy_step_fn if meter.phase == "accuracy" else self.step_fn)(*batch)
             self.steps_done += 1
             meter.end(loss, int(batch[0].shape[0]) * self.world, grad_norm=grad_norm)  # global samples
+
+    def pair_pipeline(self, cache: Path):
+        """The candidate's pipeline of a paired process over the same data: its knobs, and its workload's
+        parameters where they differ (only data parameters may: ``perftune.engine.paired``)."""
+        from perftune.burst.data import build_dataset
+        from perftune.workloads import resolve
+
+        pair, spec = self.spec.pair, self.spec
+        workload = self.workload
+        if dict(pair.workload_params) != dict(spec.workload_params):
+            workload = resolve(spec.workload)(dict(pair.workload_params),
+                                              spec.seed if spec.data_seed is None else spec.data_seed)
+        return build_dataset(workload, pair.knobs, "train", cache)
 
     def fault_injection(self) -> None:
         """Test-only: a rank that dies after ``kill_after`` steps (see ``collectives.init_distributed``)."""

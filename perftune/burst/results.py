@@ -102,8 +102,10 @@ def window_stats(window: list[StepRecord], total_ms: float, samples: int,
     )
 
 
-def summarize_timed(result: TrialResult, timed: list[StepRecord], tokens_per_sample: Optional[int]) -> None:
-    """Throughput and step-time figures of the timed windows (``result.windows`` already filled)."""
+def summarize_timed(result: TrialResult, timed: list[StepRecord], tokens_per_sample: Optional[int],
+                    windows: Optional[list[WindowStats]] = None) -> None:
+    """Throughput and step-time figures of the timed windows (``result.windows`` already filled; ``windows``: the
+    ones the figures describe, default all)."""
     result.contended_windows = sum(w.contended for w in result.windows)
     if result.contended_windows:
         shares = [w.others_cpu_share for w in result.windows if w.contended]
@@ -114,7 +116,7 @@ def summarize_timed(result: TrialResult, timed: list[StepRecord], tokens_per_sam
     if not timed:
         return
     times = np.array([r.step_ms for r in timed])
-    result.samples_per_s = throughput(result.windows)  # batch / mean step, not a median of window figures
+    result.samples_per_s = throughput(result.windows if windows is None else windows)  # batch / mean step, not a median of window figures
     if tokens_per_sample and result.samples_per_s:
         result.tokens_per_s = result.samples_per_s * tokens_per_sample
     result.step_ms_median = float(np.median(times))

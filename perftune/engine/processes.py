@@ -13,6 +13,7 @@ the contended processes it used and those it measured again, of its own processe
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from pathlib import Path
@@ -21,15 +22,17 @@ from typing import Any, Callable, Hashable, Optional
 from perftune import knobs
 from perftune.engine import lm
 from perftune.engine.blocked import process_run
+from perftune.engine.paired import PairedRun, counterbalanced, pairable_change, paired_run
 from perftune.engine.progress import SweepProgress
 from perftune.engine.race import EXCLUDED, LaneOutcome
-from perftune.engine.specs import make_spec
+from perftune.engine.specs import make_spec, paired_label, paired_spec
 from perftune.engine.stats import ProcessRun
 from perftune.io.files import RESULTS_NAME, TRIALS_DIR, reusable_trial
 from perftune.io.plan import Plan
 from perftune.io.records import TrialResult, TrialSpec
 from perftune.io.store import write_json_atomic
-from perftune.io.sweep_records import FAILED_VERDICTS, SweepResult, SweepTrial
+from perftune.io.sweep_records import FAILED_VERDICTS, PairedProcess, SweepResult, SweepTrial
+from perftune.report.format import speed_text
 
 #: runs one trial in ``trial_dir`` and returns its result (``perftune.runner.run_trial``; tests pass scripted ones)
 TrialRunner = Callable[[TrialSpec, Path], TrialResult]
@@ -57,6 +60,7 @@ class Processes:
         self.left_out: dict[Hashable, int] = {}  # key -> contended processes not used since its last usable one
         self.streak = 0  # contended processes in a row, whatever their configuration
         self.expected = self.ticks = 0  # progress lines expected so far, and given
+        self.pairs_booked: dict[tuple[Hashable, Hashable], int] = {}  # (reference, candidate) -> paired processes
 
     # -- configurations and trials ----------------------------------------------------------------------------
     def spec(self, changes: dict[str, Any], replicate: int = 0) -> TrialSpec:
@@ -114,6 +118,51 @@ class Processes:
             self.of[key].append(trial)
             self.of[key].sort(key=lambda t: t.replicate)
         return trial
+
+    # -- paired processes (``engine/paired.py``) ------------------------------------------------------------------
+    def pairable(self, reference: Hashable, candidate: Hashable) -> Optional[str]:
+        """Why ``candidate`` can be compared with ``reference`` in one process, or None (``paired.pairable_change``;
+        never a script's burst, a distributed one, or with ``decision.paired`` off)."""
+        if not self.plan.decision.paired:
+            return None
+        ref, cand = self.spec(self.configs[reference][0]), self.spec(self.configs[candidate][0])
+        if ref.script is not None or int(ref.knobs["workers"]) > 1 or int(cand.knobs["workers"]) > 1:
+            return None
+        return pairable_change(ref.knobs, cand.knobs, ref.workload, ref.workload_params, cand.workload_params)
+
+    def measure_pair(self, reference: Hashable, candidate: Hashable) -> Optional[PairedRun]:
+        """One paired process of ``candidate`` against ``reference`` (reused when an earlier run finished it),
+        recorded in ``results.json``; its blocks, or None when it failed."""
+        d = self.plan.decision
+        with self.lock:
+            replicate = self.pairs_booked.get((reference, candidate), 0)
+            self.pairs_booked[(reference, candidate)] = replicate + 1
+        ref, cand = self.spec(self.configs[reference][0]), self.spec(self.configs[candidate][0])
+        swapped = counterbalanced(replicate)
+        spec = paired_spec(cand if swapped else ref, ref if swapped else cand, replicate, d.paired_blocks,
+                           d.paired_window_s)
+        spec = spec.model_copy(update={"label": paired_label(ref.label, cand.label, replicate)})
+        self.progress.start(spec.label)
+        with self.lock:
+            seen = any(p.trial_id == spec.trial_id for p in self.result.paired)
+        result, found = self.run_or_reuse(spec)
+        run = paired_run(reference, candidate, result, swapped=swapped) if result.status == "ok" else None
+        record = PairedProcess(
+            trial_id=spec.trial_id, reference=knobs.label_of(self.configs[reference][0]),
+            candidate=knobs.label_of(self.configs[candidate][0]), replicate=replicate, swapped=swapped,
+            status=result.status,
+            reason=result.reason or ("" if run else "no whole ABBA block"), windows=len(result.windows),
+            differences=list(run.differences) if run else [], contended_windows=result.contended_windows,
+            wall_s=result.wall_s, timed_s=sum(w.total_ms for w in result.windows) / 1e3, reused=found and not seen)
+        with self.lock:
+            self.result.paired.append(record)
+            self.save()
+        if run is None:
+            self.say(f"  {spec.label}: {record.status}: {record.reason}")
+        else:
+            self.say(f"  {spec.label}: {speed_text(math.exp(run.mean), digits=3)} over {len(run.differences)} "
+                     "blocks" + (" (reused)" if record.reused else ""))
+        return run
 
     # -- usable or not: the one contention rule ----------------------------------------------------------------
     def use(self, key: Hashable, trial: SweepTrial) -> LaneOutcome:

@@ -19,6 +19,12 @@ get more processes of the open candidates (up to ``policy.max_runs``), so a clus
 rounds rather than waiting.  The round's outcomes are appended to ``runs`` in lane order once all lanes are done, so
 the decisions are the same whichever lane finished first, and a resumed sweep plans the same rounds.
 
+Paired processes (``paired.py``): a candidate that differs from the reference only in its data pipeline
+(``pairable``) gets, after its first process (which has the profile and the accuracy window), paired processes
+instead of ``C R``: one process measures both pipelines in alternating windows, and its comparison is decided from
+the paired processes alone (``paired.decide_paired``), a look per process as before.  Only on one machine at a time
+(a cluster's lanes keep ``C R``).
+
 Order: the first round follows the caller's order (the sweep's order rule puts the likely bottleneck's knobs
 first); every later round measures the open candidates in a shuffled order (random interleaving, as Google
 Benchmark's ``--benchmark_enable_random_interleaving``), so a candidate is not always measured at the same point of
@@ -32,6 +38,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Optional, Sequence, Union
 
+from perftune.engine.paired import PairedRun, decide_paired
 from perftune.engine.sequential import decide
 from perftune.engine.stats import Decision, Noise, Policy, ProcessRun
 
@@ -92,6 +99,10 @@ def _never(config: Hashable) -> bool:
     return False
 
 
+def _unpaired(reference: Hashable, candidate: Hashable) -> bool:
+    return False
+
+
 def _no_deadline() -> bool:
     return False
 
@@ -107,6 +118,10 @@ class Race:
     settled: Callable[[Hashable], bool] = _never
     processes: dict[Hashable, int] = field(default_factory=dict)  # candidate -> processes it got in this race
     lanes: Optional[Lanes] = None  # processes side by side (a cluster's nodes); None: one at a time
+    #: whether a candidate is compared with the reference by paired processes, and how one is measured (None: failed)
+    pairable: Callable[[Hashable, Hashable], bool] = _unpaired
+    measure_pair: Optional[Callable[[Hashable, Hashable], Optional[PairedRun]]] = None
+    pairs: list[PairedRun] = field(default_factory=list)  # the sweep's paired processes, shared with the caller
 
     def _run(self, config: Hashable) -> bool:
         run = self.measure(config)
@@ -119,7 +134,20 @@ class Race:
         return Noise.pooled(self.runs)
 
     def decide(self, candidate: Hashable, reference: Hashable, noise: Optional[Noise] = None) -> Optional[Decision]:
+        pairs = [p for p in self.pairs if p.reference == reference and p.candidate == candidate]
+        if pairs:  # paired processes decide alone: the between-process noise is not in them
+            return decide_paired(pairs, self.policy)
         return decide(self.runs, candidate, reference, noise or self.noise(), self.policy)
+
+    def paired(self, candidate: Hashable, reference: Hashable) -> bool:
+        return self.measure_pair is not None and self.pairable(reference, candidate)
+
+    def _run_pair(self, reference: Hashable, candidate: Hashable) -> bool:
+        run = self.measure_pair(reference, candidate)  # type: ignore[misc]
+        if run is None:
+            return False
+        self.pairs.append(run)
+        return True
 
     def run(self, candidates: Sequence[Hashable], reference: Hashable) -> dict[Hashable, Optional[Decision]]:
         if self.lanes is not None and self.lanes.count > 1:
@@ -134,6 +162,12 @@ class Race:
             pending = round_order(pending, reference, rounds)
             rounds += 1
             for c in pending:
+                if rounds > 1 and self.paired(c, reference):
+                    if not self._run_pair(reference, c):
+                        stopped.add(c)
+                        continue
+                    self.processes[c] += 1
+                    continue
                 if not self._run(c):
                     stopped.add(c)  # a failed process ends this candidate's race; what it measured still counts
                     continue

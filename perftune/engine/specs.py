@@ -10,7 +10,7 @@ from typing import Any, Optional
 from perftune import knobs
 from perftune.engine.plan_load import accuracy_samples, lr_scale as plan_lr_scale
 from perftune.io.plan import Plan, ScriptWorkload
-from perftune.io.records import TrialSpec
+from perftune.io.records import PairArm, TrialSpec
 
 #: part of every trial id.  Bumped when what a trial measures changes (so older trials are not reused), not when
 #: the trial.json format does: the schema upgrades in ``perftune.io.schema`` keep older files reusable.
@@ -55,3 +55,22 @@ def make_spec(plan: Plan, knob_values: dict[str, Any], label: str, replicate: in
         hashed["nodes"] = dist.nodes
     return TrialSpec(trial_id=trial_id(hashed), label=label, lr_scale=lr_scale, cache_dir=str(cache_dir) if cache_dir else None,
                      distributed=dist, script=script, script_knobs=script_knobs, **fields)
+
+
+def paired_spec(reference: TrialSpec, candidate: TrialSpec, replicate: int, blocks: int,
+                min_window_s: float) -> TrialSpec:
+    """A paired process of ``candidate`` against ``reference`` (``perftune.engine.paired``): the reference's spec
+    with the candidate's pipeline as its second arm, no accuracy window; its id hashes both ids and the design."""
+    pair = PairArm(label=candidate.label, reference_label=reference.label, knobs=candidate.knobs, workload_params=candidate.workload_params,
+                   blocks=blocks, min_window_s=min_window_s)
+    tid = trial_id({"paired": [reference.trial_id, candidate.trial_id], "replicate": replicate, "blocks": blocks,
+                    "min_window_s": min_window_s})
+    return reference.model_copy(update={"trial_id": tid, "label": paired_label(reference.label, candidate.label,
+                                                                           replicate), "accuracy_samples": 0,
+                                        "replicate": replicate, "pair": pair})
+
+
+def paired_label(reference: str, candidate: str, replicate: int) -> str:
+    """``+num_parallel_workers=2 vs baseline (paired, run 2)``: a paired process by its comparison."""
+    what = f"{reference} vs itself (A/A, paired" if reference == candidate else f"{candidate} vs {reference} (paired"
+    return what + (f", run {replicate + 1})" if replicate else ")")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from typing import Callable, Hashable, Iterable, Literal, Sequence
+from typing import Callable, Hashable, Iterable, Literal, Optional, Sequence
 
 import numpy as np
 from scipy import stats as sps
@@ -176,6 +176,12 @@ class Decision:
     min_gain: float = 0.0
     contended: int = 0  # processes used although measured under contention
     remeasured: int = 0  # contended processes of either side measured again instead of being used
+    #: "processes" (each side in its own processes) or "paired" (both in one process, alternating windows:
+    #: ``perftune.engine.paired``; ``blocks`` then counts paired processes and ``paired_blocks`` their ABBA blocks)
+    design: str = "processes"
+    paired_blocks: int = 0
+    block_sd: Optional[float] = None  # paired: sd of one block's difference, within a process
+    process_sd: Optional[float] = None  # paired: sd of the paired ratio between processes
 
     @property
     def resolution(self) -> float:
@@ -229,12 +235,14 @@ def compare(reference: Sequence[ProcessRun], candidate: Sequence[ProcessRun], no
 
 
 def runs_needed(noise_sd: float, effect: float, confidence: float = 0.95, max_runs: int = 4,
-                df: float = 30.0) -> int:
-    """About how many candidate processes (each between two reference ones) resolve a relative ``effect``."""
+                df: float = 30.0, per_block: float = 1.5) -> int:
+    """About how many candidate processes resolve a relative ``effect``: ``per_block`` is one block's variance in
+    units of ``noise_sd**2`` (1.5 for a candidate process between two reference ones; 1 for a paired process, whose
+    ``noise_sd`` is already its own)."""
     alpha = per_look_alpha(confidence, max_runs)
     t = float(sps.t.ppf(1.0 - alpha / 2.0, df))
     effect = max(abs(effect), 1e-3)
-    return max(1, math.ceil(1.5 * noise_sd**2 * (t / math.log1p(effect)) ** 2))
+    return max(1, math.ceil(per_block * noise_sd**2 * (t / math.log1p(effect)) ** 2))
 
 
 def benjamini_hochberg(p_values: Sequence[float], alpha: float = 0.05) -> list[bool]:

@@ -40,6 +40,7 @@ from perftune.engine.blocked import process_run
 from perftune.engine.lanes import ParallelRunner, lanes_of
 from perftune.engine.processes import Processes, TrialRunner
 from perftune.engine.progress import SilentProgress, SweepProgress
+from perftune.engine.paired import PairedRun, decide_paired
 from perftune.engine.race import Race
 from perftune.engine.sequential import decide
 from perftune.engine.stats import Noise, Policy, ProcessRun, benjamini_hochberg
@@ -75,6 +76,7 @@ class Sweep:
         self.best: Hashable = ""
         # a runner with lanes (a Ray cluster's nodes) measures each race's rounds side by side (``lanes.py``)
         self.parallel = run if isinstance(run, ParallelRunner) and run.lanes > 1 else None
+        self.pairs: list[PairedRun] = []  # every paired process's blocks (``engine/paired.py``), in order
 
     @property
     def runs(self) -> list[ProcessRun]:
@@ -112,7 +114,9 @@ class Sweep:
     def race(self, candidates: list[Hashable], reference: Hashable) -> dict[Hashable, Optional[ComparisonRecord]]:
         """Race ``candidates`` against ``reference``; their comparisons as records."""
         race = Race(self.procs.measure_process, self.runs, self.policy, self.out_of_time, self.settled,
-                    lanes=lanes_of(self.procs, self.parallel) if self.parallel is not None else None)
+                    lanes=lanes_of(self.procs, self.parallel) if self.parallel is not None else None,
+                    pairable=lambda ref, cand: self.procs.pairable(ref, cand) is not None,
+                    measure_pair=self.procs.measure_pair, pairs=self.pairs)
         decisions = race.run(candidates, reference)
         label = label_of(self.procs.configs[reference][0])
         self.record_noise()
@@ -224,6 +228,12 @@ class Sweep:
                     replace(base_runs[-1], config="last", remeasured=0)]
             d = decide(pair, "last", "first", self.record_noise(), self.policy, looks=1)
             self.result.aa_check = verdicts.record(d, "baseline (run 1)", final=False) if d else None
+        pairable = [k for k in self.procs.configs if k != self.base and self.procs.pairable(self.base, k)]
+        if pairable and self.parallel is None:  # the sweep compares in paired processes: their own A/A check
+            runs = [self.procs.measure_pair(self.base, self.base) for _ in range(2)]  # both arm orders
+            runs = [r for r in runs if r is not None]
+            d = decide_paired(runs, self.policy, looks=1) if runs else None
+            self.result.aa_paired = verdicts.record(d, "baseline (other pipeline)", final=False) if d else None
 
     def stack(self, single_trials: list[SweepTrial]) -> None:
         ordered = order.stack_candidates(single_trials, self.plan.decision.retry_on_stack)

@@ -31,12 +31,16 @@ def record(d: Decision, reference: str, *, final: bool = True) -> ComparisonReco
         verdict = "equivalent" if d.outcome == "equivalent" else d.verdict
     seen = abs(d.ratio - 1.0)
     target = seen if seen > d.equivalence else d.equivalence  # the change measured, or the margin for "equivalent"
+    paired = d.design == "paired"
     c = ComparisonRecord(reference=reference, ratio=d.ratio, ci_low=d.ci_low, ci_high=d.ci_high,
                          p_value=d.p_value, verdict=verdict, df=d.df, processes=d.blocks,
                          reference_processes=d.reference_runs, noise_sd=d.noise_sd, resolution=d.resolution,
                          contended=d.contended + d.remeasured, remeasured=d.remeasured, equivalence=d.equivalence,
-                         runs_needed=runs_needed(d.noise_sd, target, d.confidence, d.looks, d.df)
-                         if verdict == "undecided" else None)
+                         runs_needed=runs_needed(d.noise_sd, target, d.confidence, d.looks, d.df,
+                                                 per_block=1.0 if paired else 1.5)
+                         if verdict == "undecided" else None,
+                         design="paired" if paired else None, paired_blocks=d.paired_blocks if paired else None,
+                         block_sd=d.block_sd, process_sd=d.process_sd)
     c.reason = comparison_text(c)
     return c
 

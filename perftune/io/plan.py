@@ -85,6 +85,13 @@ class DecisionRule(PlanRecord):
     baseline_runs: int = Field(3, ge=1, le=20)
     #: also try the not-significant, equivalent and undecided changes on top of the stack (the bottleneck may move)
     retry_on_stack: bool = True
+    #: a change of the data pipeline alone (``perftune knobs``: pairable) is decided, after its first process, by
+    #: paired processes: both pipelines feed one model in one process, windows alternating (``engine/paired.py``);
+    #: false: every comparison in fresh processes
+    paired: bool = True
+    #: ABBA blocks (4 timed windows each, at least ``paired_window_s`` long) per paired process
+    paired_blocks: int = Field(6, ge=1, le=200)
+    paired_window_s: float = Field(0.5, gt=0, le=600)
 
 
 class DistributedSettings(PlanRecord):

@@ -18,8 +18,8 @@ from perftune.io.plan import BurstSettings, DistributedSettings, ScriptWorkload
 #: Bumped whenever a field changes meaning or disappears; ``perftune.io.schema`` upgrades older files step by step
 #: and refuses newer ones.  Version 2: ``notes`` are ``Note`` records instead of strings.  Version 3: a trial may
 #: record the cluster ``node`` that ran it (``NodeRecord``), a sweep its ``nodes`` (both absent when run locally).
-TRIAL_SCHEMA_VERSION = 3
-RESULTS_SCHEMA_VERSION = 4
+TRIAL_SCHEMA_VERSION = 4
+RESULTS_SCHEMA_VERSION = 5
 
 TrialStatus = Literal["ok", "failed", "timeout", "oom", "unsupported"]
 PHASES = ("data", "forward", "backward", "optimizer", "communication", "other")
@@ -81,6 +81,8 @@ class WindowStats(Record):
     steal_share: Optional[float] = None
     load_avg_1m: Optional[float] = None
     contended: bool = False
+    #: a paired process (``TrialSpec.pair``): 0 for the reference's pipeline, 1 for the candidate's
+    arm: int = 0
 
 
 class SplitWarning(Record):
@@ -336,6 +338,18 @@ class TrialResult(Record):
         return sum(waits) / len(waits) if waits else None
 
 
+class PairArm(Record):
+    """The candidate of a paired process (``perftune.engine.paired``): its data pipeline is built beside the
+    reference's in one process over one model, and the timed windows alternate between the two."""
+
+    label: str
+    reference_label: str = ""  # the reference's own label (the process's label names both)
+    knobs: dict[str, Any]  # the candidate's knob values (they differ from the reference's in pairable knobs only)
+    workload_params: dict[str, Any] = Field(default_factory=dict)  # differ only in the workload's data parameters
+    blocks: int = Field(6, ge=1, le=200)  # ABBA blocks: 4 timed windows each
+    min_window_s: float = Field(0.5, gt=0, le=600)  # each window lasts at least this long (calibrated steps)
+
+
 class TrialSpec(Record):
     """What a burst process is asked to run; its id hashes everything that changes the measurement."""
 
@@ -361,3 +375,5 @@ class TrialSpec(Record):
     script: Optional[ScriptWorkload] = None
     #: the knobs the plan names (baseline or variables): imposed on the script; the others stay as it sets them
     script_knobs: list[str] = Field(default_factory=list)
+    #: a paired process: the reference (this spec) and ``pair``'s pipeline alternate, window by window, in one process
+    pair: Optional[PairArm] = None

@@ -106,9 +106,28 @@ def results_upgrade_to_4(data: dict) -> dict:
 
 
 #: version N -> the step that turns a file of version N - 1 into version N
-TRIAL_UPGRADES: dict[int, Callable[[dict], dict]] = {2: trial_upgrade_to_2, 3: trial_upgrade_to_3}
+def trial_upgrade_to_4(data: dict) -> dict:
+    """Version 3 -> 4: paired processes appeared (the spec's optional ``pair``, each window's ``arm``, default 0);
+    an older trial had one arm, which is what the defaults say, so only the version changes."""
+    data["schema_version"] = 4
+    return data
+
+
+def results_upgrade_to_5(data: dict) -> dict:
+    """Version 4 -> 5: paired comparisons appeared (``paired``, ``aa_paired``, a comparison's ``design`` and its
+    variance components, all optional) and the trials' results are version 4; only the versions change."""
+    for trial in data.get("trials") or []:
+        if isinstance(trial, dict) and isinstance(trial.get("result"), dict) and \
+                trial["result"].get("schema_version") == 3:
+            trial_upgrade_to_4(trial["result"])
+    data["schema_version"] = 5
+    return data
+
+
+TRIAL_UPGRADES: dict[int, Callable[[dict], dict]] = {2: trial_upgrade_to_2, 3: trial_upgrade_to_3,
+                                                    4: trial_upgrade_to_4}
 RESULTS_UPGRADES: dict[int, Callable[[dict], dict]] = {2: results_upgrade_to_2, 3: results_upgrade_to_3,
-                                                      4: results_upgrade_to_4}
+                                                      4: results_upgrade_to_4, 5: results_upgrade_to_5}
 
 
 def _upgrade(data: dict, path: Path, what: str, current: int, steps: dict[int, Callable[[dict], dict]]) -> dict:

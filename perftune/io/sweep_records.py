@@ -42,6 +42,12 @@ class ComparisonRecord(Record):
     remeasured: Optional[int] = None  # of ``contended``, those measured again (the rest were used)
     equivalence: Optional[float] = None  # the margin inside which the comparison calls the two equivalent
     runs_needed: Optional[int] = None  # undecided: about how many candidate processes would resolve it
+    #: "paired": both sides in one process, alternating windows (``perftune.engine.paired``; ``processes`` counts
+    #: the paired processes); None: each side in its own processes
+    design: Optional[str] = None
+    paired_blocks: Optional[int] = None  # paired: the ABBA blocks of all its processes
+    block_sd: Optional[float] = None  # paired: sd of one block's log ratio within a process
+    process_sd: Optional[float] = None  # paired: sd of the log ratio between paired processes (with its prior)
     reason: str = ""  # the decision in words (``perftune.report.reasons.comparison_text`` of the fields above)
 
 
@@ -128,6 +134,25 @@ class NodeSummary(Record):
     blocked: list[NodeComparison] = Field(default_factory=list)
 
 
+class PairedProcess(Record):
+    """One paired process (``perftune.engine.paired``): a reference and a candidate pipeline in one process, its
+    ABBA blocks' log ratios (candidate over reference throughput), and what it cost."""
+
+    trial_id: str
+    reference: str  # labels
+    candidate: str
+    replicate: int = 0
+    swapped: bool = False  # the candidate ran as arm 0 (every other process: ``engine.paired.counterbalanced``)
+    status: str = "ok"
+    reason: str = ""
+    differences: list[float] = Field(default_factory=list)  # per block: log candidate - log reference (mean)
+    windows: int = 0
+    contended_windows: int = 0
+    wall_s: Optional[float] = None
+    timed_s: Optional[float] = None  # the timed windows' time, both arms
+    reused: bool = False
+
+
 class AccuracyCalibration(Record):
     """How the accuracy gate was set up before the sweep (``perftune.engine.seed_runs``): the accuracy window's
     length (given, or sized from the baseline) and the baseline's accuracy windows with other seeds."""
@@ -159,6 +184,9 @@ class SweepResult(Record):
     trials: list[SweepTrial] = Field(default_factory=list)
     stack: list[StackStep] = Field(default_factory=list)
     aa_check: Optional[ComparisonRecord] = None  # baseline replicate vs the first baseline run
+    #: the baseline against itself in one paired process: the check of the paired comparisons (None: none made)
+    aa_paired: Optional[ComparisonRecord] = None
+    paired: list[PairedProcess] = Field(default_factory=list)  # every paired process, in measurement order
     noise_sd: Optional[float] = None  # between-process noise the sweep measured (pooled, with the prior)
     noise_df: Optional[int] = None  # its degrees of freedom: observed + the prior's
     noise_observed_df: Optional[int] = None

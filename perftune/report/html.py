@@ -29,7 +29,7 @@ from perftune.report.load import SweepFolder
 from perftune.report.notes import bottleneck_note, tried_changes
 from perftune.report.ops import top_op_rows
 from perftune.report.split_notes import split_notes
-from perftune.report.summary import comparison_lines, node_lines, noise_line
+from perftune.report.summary import comparison_lines, node_lines, noise_line, paired_lines
 from perftune.report.tables import ablation_table, loo_table, optional_columns, process_label, singles_table
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -181,7 +181,7 @@ def _summary(folder: SweepFolder, metric: str) -> dict:
         "mindspore": env.mindspore_version if env else "unknown",
         "python": env.python_version if env else None,
         "git_commit": env.git_commit if env else None,
-        "aa": aa_text, "aa_class": aa_class, "aa_note": aa_note,
+        "aa": aa_text, "aa_class": aa_class, "aa_note": aa_note, "paired": paired_lines(res),
         "order_rule": res.order_rule,
         "noise": noise_line(res),
         "decisions": comparison_lines(res),

@@ -17,8 +17,13 @@ def ratio_text(c: ComparisonRecord) -> str:
     return speed_text(c.ratio, c.ci_low, c.ci_high)
 
 
-def _runs(n: Optional[int]) -> str:
-    return f" after {n} run{'s' if n != 1 else ''}" if n is not None else ""
+def _runs(n: Optional[int], c: Optional[ComparisonRecord] = None) -> str:
+    if n is None:
+        return ""
+    if c is not None and c.design == "paired":
+        return (f" after {n} paired run{'s' if n != 1 else ''} ({c.paired_blocks} ABBA blocks of windows, both "
+                "pipelines in one process)")
+    return f" after {n} run{'s' if n != 1 else ''}"
 
 
 def comparison_text(c: ComparisonRecord) -> str:
@@ -26,12 +31,12 @@ def comparison_text(c: ComparisonRecord) -> str:
     head = f"{ratio_text(c)} vs {c.reference}"
     if c.verdict == "equivalent":
         margin = f" within ±{c.equivalence:.0%}" if c.equivalence is not None else ""
-        return f"{head}{_runs(c.processes)}: equivalent{margin}"
+        return f"{head}{_runs(c.processes, c)}: equivalent{margin}"
     if c.verdict in ("faster", "slower"):
-        return f"{head}{_runs(c.processes)}: {c.verdict}"
+        return f"{head}{_runs(c.processes, c)}: {c.verdict}"
     if c.verdict == "not significant":
         return f"{head}: the interval includes 1" if c.ci_low <= 1 <= c.ci_high else f"{head}: not significant"
-    text = f"{head}: undecided{_runs(c.processes)}"
+    text = f"{head}: undecided{_runs(c.processes, c)}"
     if c.noise_sd is None or c.resolution is None or c.runs_needed is None:
         return text
     seen = abs(c.ratio - 1.0)
@@ -113,5 +118,6 @@ def decision_line(t: SweepTrial) -> Optional[str]:
     c = t.vs_previous if t.kind == "stack" else t.vs_baseline
     if t.kind not in ("single", "stack") or c is None or c.processes is None:
         return None
-    return (f"{t.label}: {t.verdict} ({c.processes} + {c.reference_processes} processes vs {c.reference}"
-            f"{contention_text(c)}): {reason_text(t)}")
+    used = (f"{c.processes} paired processes with {c.reference}" if c.design == "paired" else
+            f"{c.processes} + {c.reference_processes} processes vs {c.reference}")
+    return f"{t.label}: {t.verdict} ({used}{contention_text(c)}): {reason_text(t)}"

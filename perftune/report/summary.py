@@ -95,6 +95,26 @@ def noise_line(result: SweepResult) -> str:
             f"freedom)" + (f"; false alarms controlled over {result.multiplicity}" if result.multiplicity else ""))
 
 
+def paired_lines(result: SweepResult) -> list[str]:
+    """The paired design's A/A check and the variance components it rests on (``engine/paired.py``); none when
+    the sweep made no paired comparison."""
+    lines = []
+    a = result.aa_paired
+    if a is not None:
+        lines.append(f"A/A check in one process: the baseline's pipeline against another of its own, "
+                     f"{a.processes} paired processes (both arm orders): {speed_text(a.ratio, a.ci_low, a.ci_high, 3)}"
+                     f": {a.verdict} (±{a.resolution:.1%})")
+    paired = [c for t in result.trials for c in (t.vs_baseline, t.vs_previous)
+              if c is not None and c.design == "paired" and c.block_sd is not None]
+    if paired and result.noise_sd is not None:
+        block = max(c.block_sd for c in paired)
+        between = max(c.process_sd for c in paired if c.process_sd is not None)
+        lines.append(f"variance components: two fresh processes differ by {result.noise_sd:.1%}; in one process, "
+                     f"an ABBA block's paired ratio by up to {block:.1%}, and paired processes by up to "
+                     f"{between:.1%} (sd of log throughput, with their priors)")
+    return lines
+
+
 def comparison_lines(result: SweepResult) -> list[str]:
     """Per comparison (singles against the baseline, stack rows against the stack before): the processes it used,
     its verdict with the reason (interval, runs, what would resolve it) and its contamination flags."""
@@ -115,6 +135,7 @@ def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) 
     if result.aa_check:
         a = result.aa_check
         lines.append(f"A/A check: baseline run again {speed_text(a.ratio, a.ci_low, a.ci_high, 3)}: {a.verdict}")
+    lines += paired_lines(result)
     if result.best_label and result.best_vs_baseline:
         b = result.best_vs_baseline
         lines.append(f"best: {result.best_label}: against the baseline {speed_text(b.ratio, b.ci_low, b.ci_high)} "

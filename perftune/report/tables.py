@@ -17,7 +17,7 @@ from perftune.io.store import write_text_atomic
 from perftune.io.sweep_records import SweepResult, SweepTrial
 from perftune.report.format import num, rate, speed_text, step_text, validation_figures
 from perftune.report.reasons import reason_text, stack_reason
-from perftune.report.summary import comparison_lines, noise_line
+from perftune.report.summary import comparison_lines, noise_line, paired_lines
 
 
 def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
@@ -187,6 +187,8 @@ def markdown_report(result: SweepResult) -> str:
         parts.append(f"A/A check (baseline measured again later): {speed_text(a.ratio, a.ci_low, a.ci_high, 3)}"
                      f" -> {a.verdict}.")
         parts.append("")
+    for line in paired_lines(result):
+        parts += [md_text(line[0].upper() + line[1:]) + ".", ""]
     parts += ["### Cumulative ablation", "", to_markdown(ablation_table(result), metric),
               "### One variable at a time", "", to_markdown(singles_table(result), metric)]
     loo = loo_table(result)

@@ -16,8 +16,11 @@ BUILTIN: dict[str, str] = {
     "mlp": "perftune.workloads.mlp:build",
     "tiny_gpt": "perftune.workloads.tiny_gpt:build",
 }
+#: built-in workloads' parameters that change only the data pipeline's work (its per-sample preprocessing), not the
+#: model or the data: a change of one is compared in one process, as a pairable knob is (``engine/paired.py``)
+DATA_PARAMS: dict[str, tuple[str, ...]] = {"mlp": ("preprocess_ms",)}
 
-__all__ = ["BUILTIN", "Workload", "repetition_rate", "resolve", "check_reference"]
+__all__ = ["BUILTIN", "DATA_PARAMS", "Workload", "repetition_rate", "resolve", "check_reference"]
 
 
 def check_reference(ref: str) -> str | None:

@@ -1,0 +1,180 @@
+"""Paired windows in one process: a data-pipeline change compared without the noise between processes.
+
+Why: two processes of one configuration differ by 9-24% on these machines (start-up, memory layout, where the
+threads land), while windows inside one process agree to a few percent, and 87-92% of a fresh process is fixed
+cost.  A change that touches only the data pipeline (``Knob.pairable``, or a workload's ``DATA_PARAMS``) can be
+measured inside one process instead: the model is built and compiled once, two pipelines (reference A, candidate
+B) feed it, and the timed windows alternate in ABBA / BAAB blocks (``burst.meter.pair_schedule``), each switch preceded by an
+untimed drain of the new pipeline's queue (``burst.meter``).  Each block gives one paired difference
+``mean log B - mean log A``; linear drift cancels within a block, and whatever slows the process slows both arms.
+Knobs that change process-wide state (mode, jit level, AMP, threads, batch size) stay fresh-process comparisons
+(``sequential.py``): the two designs answer the same question, "is B faster than A", and a benchmark
+(``experiments/benchmarks/verdicts.py``) checks that they agree.
+
+The model of a paired difference: ``d_jk = mu + u_j + e_jk`` for block ``k`` of process ``j``: ``e`` the window
+noise left after pairing (``sigma``, pooled within processes), ``u`` what differs between processes in the
+*ratio* (``tau``: small, as both arms share the process, but not zero).  Each is shrunk towards a prior, as the
+process noise is (``stats.Noise``), so one process never gives a too-narrow interval; the interval is Student-t
+with Welch-Satterthwaite degrees of freedom, at the per-look level of Pocock's boundary (``stats.estimate``).
+
+Pure functions over measurements: no processes, no clocks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Hashable, Optional, Sequence
+
+from perftune import knobs
+from perftune.engine.stats import Decision, Noise, Policy, ProcessRun, estimate
+from perftune.io.records import TrialResult
+from perftune.workloads import DATA_PARAMS
+
+#: prior sd of one block's paired difference (log), and its pseudo degrees of freedom (measured on the idle 2-core
+#: machine, data-bound mlp, 0.5 s windows: 1.8-2.7%)
+BLOCK_PRIOR_SD = 0.03
+BLOCK_PRIOR_DF = 2
+#: prior sd of the paired ratio between processes of one arm order (``tau``), and its pseudo degrees of freedom
+PROCESS_PRIOR_SD = 0.01
+PROCESS_PRIOR_DF = 4
+#: the arm effect: two pipelines of one configuration in one process differ by about this much (arm 1 slower,
+#: measured 0.7-3.1% over 12 A/A processes, whichever was built first and whichever arm the schedule starts with).
+#: Processes alternate the arm order (``counterbalanced``); with both orders measured the effect cancels, with one
+#: only it is an unknown bias of this size, added to the variance
+ARM_EFFECT_SD = 0.015
+def pairable_change(reference: dict[str, Any], candidate: dict[str, Any], workload: str,
+                    ref_params: Optional[dict] = None, cand_params: Optional[dict] = None) -> Optional[str]:
+    """Why ``candidate`` can be compared with ``reference`` in one process (a short text), or None: every knob that
+    differs is ``pairable`` and every workload parameter that differs is one of the workload's data parameters."""
+    differ = sorted(k for k in set(reference) | set(candidate) if reference.get(k) != candidate.get(k))
+    ref_params, cand_params = ref_params or {}, cand_params or {}
+    params = sorted(k for k in set(ref_params) | set(cand_params) if ref_params.get(k) != cand_params.get(k))
+    if not differ and not params:
+        return "the same configuration (an A/A check)"
+    if any(k not in knobs.KNOBS or not knobs.KNOBS[k].pairable for k in differ):
+        return None
+    if params and not set(params) <= set(DATA_PARAMS.get(workload, ())):
+        return None
+    return "only the data pipeline differs (" + ", ".join(differ + params) + ")"
+
+
+@dataclass(frozen=True)
+class PairedRun:
+    """One paired process: each block's ``mean log B - mean log A`` (candidate over reference throughput), and
+    whether it ran the candidate as arm 0 (``swapped``)."""
+
+    reference: Hashable
+    candidate: Hashable
+    differences: tuple[float, ...]
+    node: str = "local"
+    contended: int = 0  # contended windows
+    windows: int = 0
+    swapped: bool = False
+
+    @property
+    def mean(self) -> float:
+        return math.fsum(self.differences) / len(self.differences)
+
+
+def paired_run(reference: Hashable, candidate: Hashable, result: TrialResult, node: str = "local",
+               swapped: bool = False) -> Optional[PairedRun]:
+    """A paired process's blocks from its windows (in order, four per block); None when it has no whole block.
+    ``swapped``: the process ran the candidate as arm 0 (``counterbalanced``), so its differences change sign."""
+    windows = [w for w in result.windows if w.samples_per_s > 0]
+    differences = []
+    for start in range(0, len(windows) - 3, 4):
+        block = windows[start:start + 4]
+        logs = {arm: [math.log(w.samples_per_s) for w in block if w.arm == arm] for arm in (0, 1)}
+        if logs[0] and logs[1]:
+            d = sum(logs[1]) / len(logs[1]) - sum(logs[0]) / len(logs[0])
+            differences.append(-d if swapped else d)
+    if not differences:
+        return None
+    return PairedRun(reference, candidate, tuple(differences), node, sum(w.contended for w in result.windows),
+                     len(windows), swapped)
+
+
+def counterbalanced(replicate: int) -> bool:
+    """Whether paired process ``replicate`` runs the candidate as arm 0: every other one (``ARM_EFFECT_SD``)."""
+    return replicate % 2 == 1
+
+
+@dataclass(frozen=True)
+class PairedNoise:
+    """The variance components of paired differences: within a process (per block), between processes of one arm
+    order, and the arm effect (cancelled when both orders were measured), with their degrees of freedom."""
+
+    block_var: float
+    block_df: int
+    process_var: float
+    process_df: int
+    blocks_per_process: float
+
+    @property
+    def block_sd(self) -> float:
+        return math.sqrt(self.block_var)
+
+    @property
+    def process_sd(self) -> float:
+        return math.sqrt(self.process_var)
+
+
+def orders(runs: Sequence[PairedRun]) -> list[list[PairedRun]]:
+    """The runs by arm order (one or two groups)."""
+    return [g for g in ([r for r in runs if not r.swapped], [r for r in runs if r.swapped]) if g]
+
+
+def paired_noise(runs: Sequence[PairedRun]) -> PairedNoise:
+    """Pooled within-process block variance and the between-process variance within an arm order, each shrunk to
+    its prior."""
+    ss, df = 0.0, 0
+    for r in runs:
+        m = r.mean
+        ss += math.fsum((d - m) ** 2 for d in r.differences)
+        df += len(r.differences) - 1
+    block_var = (BLOCK_PRIOR_DF * BLOCK_PRIOR_SD**2 + ss) / (BLOCK_PRIOR_DF + df)
+    n = sum(len(r.differences) for r in runs) / len(runs) if runs else 1.0
+    observed, pdf = 0.0, 0
+    for group in orders(runs):
+        if len(group) > 1:
+            means = [r.mean for r in group]
+            centre = math.fsum(means) / len(means)
+            spread = math.fsum((m - centre) ** 2 for m in means)
+            observed += max(0.0, spread - (len(means) - 1) * block_var / n)
+            pdf += len(means) - 1
+    process_var = (PROCESS_PRIOR_DF * PROCESS_PRIOR_SD**2 + observed) / (PROCESS_PRIOR_DF + pdf)
+    return PairedNoise(block_var, BLOCK_PRIOR_DF + df, process_var, PROCESS_PRIOR_DF + pdf, n)
+
+
+def decide_paired(runs: Sequence[PairedRun], policy: Policy, looks: Optional[int] = None) -> Optional[Decision]:
+    """The comparison from ``runs`` (one candidate's paired processes against one reference); None without any.
+
+    With both arm orders: the mean of the two orders' means (the arm effect cancels), variance
+    ``(tau^2 + sigma^2 / n) / 4 x (1 / P_0 + 1 / P_1)``; with one order: its mean, variance
+    ``(tau^2 + sigma^2 / n) / P + ARM_EFFECT_SD^2`` (the uncancelled arm effect).  Welch-Satterthwaite df."""
+    if not runs:
+        return None
+    noise = paired_noise(runs)
+    groups = orders(runs)
+    unit = noise.block_var / noise.blocks_per_process + noise.process_var  # one process mean's variance
+    if len(groups) == 2:
+        diff = sum(math.fsum(r.mean for r in g) / len(g) for g in groups) / 2
+        scale = (1 / len(groups[0]) + 1 / len(groups[1])) / 4
+        bias = 0.0
+    else:
+        diff = math.fsum(r.mean for r in runs) / len(runs)
+        scale, bias = 1 / len(runs), ARM_EFFECT_SD**2
+    a = noise.block_var / noise.blocks_per_process * scale
+    b = noise.process_var * scale
+    var = a + b + bias
+    # the bias is a prior's: its df is the block prior's (few), so one process never looks sharper than it is
+    df = var**2 / (a**2 / noise.block_df + b**2 / noise.process_df + bias**2 / BLOCK_PRIOR_DF)
+    se = math.sqrt(var)
+    # ``estimate`` reads the noise's df for the t quantile and its sd for the record: one process mean's sd here
+    as_noise = Noise(var=unit, df=max(1, int(df)), observed_df=noise.block_df - BLOCK_PRIOR_DF)
+    stand_ins = [ProcessRun(r.candidate, (1.0,), r.node, r.contended > 0) for r in runs]
+    d = estimate(diff, se, as_noise, policy, policy.max_runs if looks is None else looks, stand_ins, [])
+    return replace(d, reference_runs=len(runs), design="paired",
+                   paired_blocks=sum(len(r.differences) for r in runs), block_sd=noise.block_sd,
+                   process_sd=noise.process_sd)

@@ -1,0 +1,164 @@
+"""Paired windows in one process (issue 25): which changes pair, the paired decision on simulated blocks, the one
+phase machine's ABBA schedule with its switch drains, a real paired burst, and a scripted sweep that decides a data
+knob by paired processes, checks them A/A and resumes without measuring again.
+
+The decision logic is tested on simulated or scripted measurements only; the real burst checks the process, its
+windows and files, never which arm was faster."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY_MLP
+from scripted_sweeps import Script, make_sweep
+from perftune.burst.meter import Meter, pair_schedule
+from perftune.engine.paired import ARM_EFFECT_SD, PairedRun, decide_paired, pairable_change, paired_run
+from perftune.engine.plan_load import parse_plan
+from perftune.engine.specs import make_spec, paired_spec
+from perftune.engine.stats import Policy
+from perftune.io.records import TrialResult, WindowStats
+from perftune.knobs import effective
+from perftune.runner import run_trial
+
+
+def test_only_data_pipeline_changes_pair():
+    base = effective({"num_parallel_workers": 1})
+    assert pairable_change(base, effective({"num_parallel_workers": 2}), "mlp")
+    assert pairable_change(base, effective({"dataset_format": "mindrecord", "num_parallel_workers": 2}), "mlp")
+    assert pairable_change(base, dict(base), "mlp") == "the same configuration (an A/A check)"
+    for compute in ({"mode": "pynative"}, {"amp_level": "O1"}, {"batch_size": 64}, {"kernel_threads": 1},
+                    {"prefetch_size": 4}, {"dataset_autotune": True}):  # process-wide state, or a shape change
+        assert pairable_change(base, effective(compute), "mlp") is None, compute
+    # a workload's data parameters pair (mlp's preprocessing cost); its model's do not, nor another workload's
+    assert pairable_change(base, base, "mlp", {"preprocess_ms": 0.5}, {"preprocess_ms": 0.55})
+    assert pairable_change(base, base, "mlp", {"hidden": 64}, {"hidden": 128}) is None
+    assert pairable_change(base, base, "tiny_gpt", {"preprocess_ms": 0.5}, {"preprocess_ms": 0.55}) is None
+
+
+def simulated(effect: float, processes: int, rng: random.Random, arm: float = ARM_EFFECT_SD, block_sd: float = 0.025,
+              tau: float = 0.005, blocks: int = 6) -> list[PairedRun]:
+    """Paired processes drawn from the model: every other one with the arms swapped, arm 1 slower by ``arm``."""
+    runs = []
+    for j in range(processes):
+        swapped = j % 2 == 1
+        shift = effect + rng.gauss(0, tau) + (arm if swapped else -arm)
+        runs.append(PairedRun("R", "C", tuple(shift + rng.gauss(0, block_sd) for _ in range(blocks)),
+                              swapped=swapped))
+    return runs
+
+
+def test_paired_decisions_on_simulated_blocks():
+    rng = random.Random(25)
+    policy = Policy()
+    for processes in (1, 2, 3):
+        aa = [decide_paired(simulated(0.0, processes, rng), policy) for _ in range(300)]
+        assert sum(d.outcome in ("faster", "slower") for d in aa) <= 0.05 * len(aa)  # false alarms
+    ten = [decide_paired(simulated(-0.0953, 1, rng), policy) for _ in range(200)]  # 10% slower: one process
+    assert sum(d.outcome == "slower" for d in ten) >= 0.9 * len(ten)
+    five = [decide_paired(simulated(-0.0488, 2, rng), policy) for _ in range(200)]  # 5% slower: both arm orders
+    assert sum(d.outcome == "slower" for d in five) >= 0.9 * len(five)
+    assert not any(d.outcome == "faster" for d in ten + five)  # never the wrong sign
+    # the arm effect cancels once both orders were measured, and is in the variance while one was
+    both = decide_paired(simulated(0.0, 2, random.Random(1), arm=0.03, block_sd=1e-4, tau=1e-4), policy, looks=1)
+    assert abs(both.ratio - 1.0) < 1e-3
+    one = decide_paired(simulated(0.0, 1, random.Random(1), arm=0.0, block_sd=1e-4, tau=1e-4), policy, looks=1)
+    assert one.resolution > 2 * ARM_EFFECT_SD
+    assert both.design == "paired" and both.blocks == 2 and both.paired_blocks == 12
+
+
+def window(sps: float, arm: int) -> WindowStats:
+    return WindowStats(steps=10, total_ms=10e3 / sps, median_step_ms=1e3 / sps, samples_per_s=sps, arm=arm)
+
+
+def test_paired_run_reads_blocks_and_undoes_a_swap():
+    result = TrialResult(trial_id="t", status="ok", workload="mlp", device="CPU", knobs={},
+                         burst=parse_plan({"name": "x", "workload": "mlp"}, "t").burst,
+                         windows=[window(100.0 * (1.1 if arm else 1.0), arm) for arm in pair_schedule(3)])
+    run = paired_run("R", "C", result)
+    assert len(run.differences) == 3 and all(abs(d - 0.0953) < 1e-3 for d in run.differences)
+    assert paired_run("R", "C", result, swapped=True).mean == pytest.approx(-run.mean)
+
+
+def test_the_phase_machine_alternates_arms_with_switch_drains(tmp_path):
+    """The one Meter, driven step by step: warm-up and drain on arm A, then ABBA / BAAB windows; before each
+    window of the other arm, untimed switch steps (arm B's first: its warm-up too)."""
+    plan = parse_plan({"name": "p", "workload": "mlp", "accuracy": {"samples": 64, "seeds": 1},
+                       "burst": {"warmup_steps": 2, "steps": 3, "repeats": 2, "profile_steps": 2,
+                                 "drain_s": 1e-9}}, "t")
+    ref = make_spec(plan, {}, "baseline")
+    spec = paired_spec(ref, make_spec(plan, {"num_parallel_workers": 2}, "+num_parallel_workers=2"), 0, 2, 1e-9)
+    meter = Meter(spec, tmp_path)
+    arms = []
+    meter.start()
+    while not meter.done:
+        arms.append(meter.arm)
+        meter.begin()
+        meter.end(1.0, 32)
+    result = meter.result
+    assert [w.arm for w in result.windows] == pair_schedule(2) == [0, 1, 1, 0, 1, 0, 0, 1]
+    assert result.accuracy is None and result.profile is None  # no accuracy window, no profile
+    timed = [r for r in result.steps if r.phase == "timed"]
+    assert len(timed) == 8 * 3
+    for i, w in enumerate(result.windows):  # every timed step came from its window's arm
+        assert {arms[k] for k, r in enumerate(result.steps) if r.phase == "timed" and r.window == i} == {w.arm}
+    # steps outside windows: warm-up 2 + drain 1 on A; switches: B's first 2 warm-up + 1 drain, then 1 drain each
+    switches = sum(1 for a, b in zip(result.windows, result.windows[1:]) if a.arm != b.arm)
+    assert sum(r.phase == "warmup" for r in result.steps) == 3 + 2 + switches
+    assert any("paired process" in n.text for n in result.notes)
+
+
+def test_a_real_paired_burst(tmp_path):
+    """Two pipelines of the tiny mlp (different preprocessing) feed one model in one process: the windows follow
+    the schedule, both arms measured, no accuracy window and no profile; trial.json and the spec are on disk."""
+    plan = parse_plan({"name": "p", "workload": "mlp", "workload_params": {**TINY_MLP, "preprocess_ms": 0.05},
+                       "burst": {"warmup_steps": 1, "steps": 4, "repeats": 2, "profile_steps": 2,
+                                 "timeout_s": 240, "drain_s": 0.05},
+                       "baseline": {"batch_size": 32, "mode": "graph", "prefetch_size": 2},
+                       "accuracy": {"samples": 64, "seeds": 1}}, "t")
+    slower = plan.model_copy(update={"workload_params": {**plan.workload_params, "preprocess_ms": 0.1}})
+    spec = paired_spec(make_spec(plan, {}, "baseline"), make_spec(slower, {}, "slower"), 0, 2, 0.05)
+    result = run_trial(spec, tmp_path / spec.trial_id)
+    assert result.status == "ok", result.reason
+    assert [w.arm for w in result.windows] == pair_schedule(2)
+    assert all(w.samples_per_s > 0 for w in result.windows)
+    assert result.accuracy is None and result.profile is None
+    assert not (tmp_path / spec.trial_id / "profile").exists()
+    assert (tmp_path / spec.trial_id / "trial.json").is_file()
+    run = paired_run("R", "C", result)
+    assert run is not None and len(run.differences) == 2
+
+
+def test_a_scripted_sweep_decides_a_data_knob_by_paired_processes_and_resumes(tmp_path):
+    """After its first process (open: the fresh processes' noise), the data knob is raced in paired processes,
+    every other one with the arms swapped; the compute knob stays in fresh processes; the sweep checks the paired
+    design A/A; a rerun measures nothing again."""
+    variables = {"num_parallel_workers": [2], "mode": ["pynative"]}
+    scripts = {"baseline": Script(factor=[1.0, 1.12, 0.9, 1.05, 0.95]), "+num_parallel_workers=2": Script(factor=1.06),
+               "+mode=pynative": Script(factor=0.5)}
+    sweep, runner = make_sweep(tmp_path, variables, scripts, baseline_runs=2, retry_on_stack=False)
+    result = sweep.run()
+    workers = next(t for t in result.trials if t.label == "+num_parallel_workers=2" and t.kind == "single")
+    c = workers.vs_baseline
+    assert c.design == "paired" and c.processes >= 1 and c.paired_blocks == 6 * c.processes
+    assert workers.verdict == "kept" and "paired run" in workers.reason
+    pynative = next(t for t in result.trials if t.label == "+mode=pynative" and t.kind == "single")
+    assert pynative.vs_baseline.design is None
+    pairs = [p for p in result.paired if p.candidate == "+num_parallel_workers=2"]
+    assert [p.swapped for p in pairs] == [i % 2 == 1 for i in range(len(pairs))]
+    assert result.aa_paired is not None and result.aa_paired.design == "paired"
+    assert result.aa_paired.processes == 2
+    calls = len(runner.calls)
+    again, runner2 = make_sweep(tmp_path, variables, scripts, baseline_runs=2, retry_on_stack=False)
+    assert again.run().aa_paired == result.aa_paired
+    assert runner2.calls == [] and calls > 0
+
+
+def test_paired_off_keeps_every_comparison_in_fresh_processes(tmp_path):
+    scripts = {"baseline": Script(factor=[1.0, 1.12, 0.9, 1.05, 0.95]), "+num_parallel_workers=2": Script(factor=1.06)}
+    sweep, runner = make_sweep(tmp_path, {"num_parallel_workers": [2]}, scripts, paired=False)
+    result = sweep.run()
+    assert result.paired == [] and result.aa_paired is None
+    assert not any("paired" in label for label, _ in runner.calls)
