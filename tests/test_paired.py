@@ -148,6 +148,7 @@ def test_a_scripted_sweep_decides_a_data_knob_by_paired_processes_and_resumes(tm
     assert pynative.vs_baseline.design is None
     pairs = [p for p in result.paired if p.candidate == "+num_parallel_workers=2"]
     assert [p.swapped for p in pairs] == [i % 2 == 1 for i in range(len(pairs))]
+    assert len(pairs) >= 2  # never decided before both arm orders were measured
     assert result.aa_paired is not None and result.aa_paired.design == "paired"
     assert result.aa_paired.processes == 2
     calls = len(runner.calls)
