@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import math
 import statistics
 import subprocess
 from collections import Counter
@@ -52,7 +53,10 @@ AA_PLAN = {"workload": "mlp", "device": "CPU", "seed": 0, "baseline": {"batch_si
 #: the data-bound plan of the power sweeps: the quickstart's workload, graph mode
 POWER_PLAN = {"workload": "mlp", "workload_params": {"preprocess_ms": 0.5}, "device": "CPU", "seed": 0,
               "baseline": {"batch_size": 32, "mode": "graph", "num_parallel_workers": 1, "prefetch_size": 2},
-              "accuracy": {"rel_tolerance": 1000}}
+              "accuracy": {"rel_tolerance": 1000, "samples": 256, "seeds": 1}}
+#: the accuracy gate is not what is measured here: a fixed short window and no seed runs
+AA_PLAN["accuracy"] = {"samples": 256, "seeds": 1}
+PLANS = {"compute": AA_PLAN, "data": POWER_PLAN}
 
 
 class CandidateSweep(Sweep):
@@ -60,21 +64,22 @@ class CandidateSweep(Sweep):
     the plan's (None: the baseline itself, an A/A candidate).  Stacking and leave-one-out are not run."""
 
     def __init__(self, plan, out: Path, variants: dict[str, Optional[dict]]):
-        super().__init__(plan, out, run_trial, fresh=True)
+        super().__init__(plan, out, run_trial, fresh=not RESUME)
         self.variants = variants
+        self.procs.spec = self._spec  # the processes' one spec function: the variants' workload_params
 
     def singles(self) -> list[dict[str, Any]]:
         return [{"variant": name} for name in self.variants]
 
     def _spec(self, changes: dict[str, Any], replicate: int = 0) -> TrialSpec:
         if not changes:
-            return super()._spec(changes, replicate)
+            return make_spec(self.plan, {}, "baseline", replicate, self.procs.cache_dir)
         name = changes["variant"]
         overlay = self.variants[name]
         plan = self.plan
         if overlay is not None:
             plan = plan.model_copy(update={"workload_params": {**plan.workload_params, **overlay}})
-        spec = make_spec(plan, {}, f"variant={name}", replicate, self.cache_dir)
+        spec = make_spec(plan, {}, f"variant={name}", replicate, self.procs.cache_dir)
         if overlay is None:  # the baseline's spec under its own id: its processes are not the baseline's
             spec = spec.model_copy(update={"trial_id": hashlib.sha256(
                 f"{spec.trial_id}/{name}".encode()).hexdigest()[:12]})
@@ -114,6 +119,11 @@ class BusyCycle:
         self.thread.join()
 
 
+#: ``--resume``: sweeps reuse the finished processes in their folders (a rerun with a changed decision rule measures
+#: only what the new rule asks for), instead of starting over
+RESUME = False
+
+
 def sweep(plan_fields: dict, out: Path, variants: dict[str, Optional[dict]]) -> SweepResult:
     plan = make_plan(**plan_fields)
     result = CandidateSweep(plan, out, variants).run()
@@ -135,15 +145,16 @@ def describe(t) -> str:
             f"noise {c.noise_sd:.1%}, {c.contended} contended")
 
 
-def aa_phase(name: str, sweeps: int, candidates: int, work: Path, busy: Optional[tuple[float, float]]) -> None:
+def aa_phase(name: str, sweeps: int, candidates: int, work: Path, busy: Optional[tuple[float, float]],
+             plan: dict) -> None:
     for s in range(sweeps):
         variants = {f"aa{k + 1}": None for k in range(candidates)}
         started = time.perf_counter()
         if busy:
             with BusyCycle(*busy):
-                result = sweep(AA_PLAN, work / name / f"sweep{s}", variants)
+                result = sweep(plan, work / name / f"sweep{s}", variants)
         else:
-            result = sweep(AA_PLAN, work / name / f"sweep{s}", variants)
+            result = sweep(plan, work / name / f"sweep{s}", variants)
         for t in singles(result):
             log(f"{name} sweep {s + 1}/{sweeps}: {describe(t)}")
         log(f"{name} sweep {s + 1}/{sweeps}: {len(result.trials)} processes in {time.perf_counter() - started:.0f} s, "
@@ -175,7 +186,7 @@ def repeat_cost(work: Path) -> tuple[float, float, int]:
         result = TrialResult.model_validate_json(path.read_text())
         spec = TrialSpec.model_validate_json((path.parent / "spec.json").read_text())
         cost = fixed_cost(result)
-        if result.status == "ok" and cost["wall_s"] > 0:
+        if result.status == "ok" and cost["wall_s"] > 0 and spec.pair is None:  # paired ones: paired_figures
             (rep if spec.replicate > 0 else first).append(cost["fixed_share"])
     return statistics.median(rep), statistics.median(first), len(rep)
 
@@ -183,6 +194,64 @@ def repeat_cost(work: Path) -> tuple[float, float, int]:
 def sweeps_in(folder: Path) -> list[SweepResult]:
     found = [read_sweep(d) for d in sorted(folder.glob("sweep*")) if (d / "results.json").is_file()]
     return [r for r in found if r.status == "complete"]  # a sweep still running (or interrupted) is left out
+
+
+def agreement(name: str, results: list[SweepResult]) -> None:
+    """Do fresh processes and paired ones measure the same change?  Per candidate: the geometric mean over the
+    sweeps of its first (fresh) process against the baseline processes on either side, and of its paired blocks."""
+    fresh: dict[str, list[float]] = {}
+    paired: dict[str, list[float]] = {}
+    for r in results:
+        order = [(t.label, t.result.samples_per_s) for t in r.trials if t.result.status == "ok" and t.result.samples_per_s]
+        for i, (label, sps) in enumerate(order):
+            if label == "baseline":
+                continue
+            sides = [math.log(order[j][1]) for j in (i - 1, i + 1) if 0 <= j < len(order) and order[j][0] == "baseline"]
+            if sides:
+                fresh.setdefault(label, []).append(math.log(sps) - sum(sides) / len(sides))
+        for p in r.paired:
+            if p.status == "ok" and p.differences and p.reference != p.candidate:
+                paired.setdefault(p.candidate.lstrip("+"), []).extend(p.differences)
+    for label in sorted(set(fresh) & set(paired)):
+        f, q = fresh[label], paired[label]
+        se_f = statistics.stdev(f) / math.sqrt(len(f)) if len(f) > 1 else float("nan")
+        se_q = statistics.stdev(q) / math.sqrt(len(q)) if len(q) > 1 else float("nan")
+        print(f"{name}: {label}: fresh processes x{math.exp(statistics.mean(f)):.3f} (+-{1.96 * se_f:.1%}, "
+              f"{len(f)} processes) vs paired x{math.exp(statistics.mean(q)):.3f} (+-{1.96 * se_q:.1%}, {len(q)} "
+              "blocks)")
+
+
+def paired_figures(name: str, results: list[SweepResult]) -> None:
+    """The paired design's figures: its A/A checks, the variance components, what a paired process and a decided
+    comparison cost."""
+    if not results:
+        return
+    checks = [r.aa_paired for r in results if r.aa_paired is not None]
+    if checks:
+        alarms = sum(c.verdict in ("faster", "slower") for c in checks)
+        print(f"{name}: paired A/A checks (2 processes, both arm orders): {alarms} of {len(checks)} faster or "
+              f"slower; half-widths {min(c.resolution for c in checks):.1%}-{max(c.resolution for c in checks):.1%} "
+              f"(median {statistics.median(c.resolution for c in checks):.1%})")
+    comps = [t.vs_baseline for r in results for t in singles(r) if t.vs_baseline is not None]
+    paired = [c for c in comps if c.design == "paired"]
+    if paired:
+        print(f"{name}: variance components: between processes (fresh, pooled) "
+              f"{statistics.median(r.noise_sd for r in results):.1%}; paired block within a process "
+              f"{statistics.median(c.block_sd for c in paired):.1%}; paired ratio between processes (with its prior) "
+              f"{statistics.median(c.process_sd for c in paired):.1%}; {len(paired)} of {len(comps)} comparisons "
+              "decided by paired processes")
+    procs = [p for r in results for p in r.paired if p.status == "ok" and p.wall_s]
+    if procs:
+        print(f"{name}: paired processes: timed share of wall time median "
+              f"{statistics.median(p.timed_s / p.wall_s for p in procs):.0%} over {len(procs)} (wall median "
+              f"{statistics.median(p.wall_s for p in procs):.1f} s)")
+    agreement(name, results)
+    decided = [c for c in comps if c.verdict != "undecided"]
+    wall = sum((t.result.wall_s or 0) for r in results for t in r.trials) + \
+        sum((p.wall_s or 0) for r in results for p in r.paired)
+    print(f"{name}: {len(decided)} of {len(comps)} comparisons decided; process wall time per decided comparison "
+          f"{wall / max(1, len(decided)):.0f} s ({wall:.0f} s of processes, sweeps' wall "
+          f"{sum(r.wall_s or 0 for r in results):.0f} s)")
 
 
 def summarize(work: Path, args) -> None:
@@ -220,6 +289,11 @@ def summarize(work: Path, args) -> None:
         for t in singles(r):
             by_label.setdefault(t.label, []).append(t)
     for label, trials in sorted(by_label.items()):
+        if "=aa" in label:  # an A/A candidate in the power sweeps: faster or slower is a false alarm
+            alarms = sum(t.verdict in ("kept", "slower") for t in trials)
+            print(f"power sweeps' A/A candidates: {alarms} of {len(trials)} called faster or slower; verdicts "
+                  f"{dict(Counter(t.verdict for t in trials))}")
+            continue
         right = sum(t.verdict == "slower" for t in trials)
         wrong = sum(t.verdict == "kept" for t in trials)
         ratios = [t.vs_baseline.ratio for t in trials if t.vs_baseline]
@@ -229,9 +303,11 @@ def summarize(work: Path, args) -> None:
               f"processes median {statistics.median(runs):g}")
     if results:
         print(f"power sweeps' noise: {min(r.noise_sd for r in results):.1%}-{max(r.noise_sd for r in results):.1%}")
+    for name in ("aa-idle", "aa-busy", "power"):
+        paired_figures(name, sweeps_in(work / name))
     if list(work.glob("*/sweep*/trials/*/trial.json")):
         rep, first, n = repeat_cost(work)
-        print(f"cost: fixed share of a repeat process's wall time (mlp, default burst) median {rep:.0%} over {n} "
+        print(f"cost: fixed share of a fresh repeat process's wall time (mlp, default burst) median {rep:.0%} over {n} "
               f"(target <= 25%); of a first process {first:.0%}")
 
 
@@ -247,23 +323,38 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--phases", default="aa,busy,truth,power",
                     help="which phases to run (default all; none: only summarise what --out holds)")
     ap.add_argument("--out", default=None, help="working folder")
+    ap.add_argument("--design", choices=("paired", "processes"), default="paired",
+                    help="decision.paired: data-pipeline changes in paired processes (default) or fresh ones")
+    ap.add_argument("--aa-workload", choices=("data", "compute"), default="data",
+                    help="the A/A phases' plan: the data-bound power plan (default) or the compute-bound mlp")
+    ap.add_argument("--power-aa", type=int, default=1, help="A/A candidates in each power sweep (default 1)")
+    ap.add_argument("--resume", action="store_true",
+                    help="reuse the finished processes in the sweep folders (measure only what is missing)")
     args = ap.parse_args(argv)
+    global RESUME
+    RESUME = args.resume
     work = out_dir("verdicts", args.out)
     phases = set(args.phases.split(","))
+    paired = {"decision": {"paired": args.design == "paired"}}
+    plan = {**PLANS[args.aa_workload], **paired}
+    power_plan = {**POWER_PLAN, **paired}
     sizes = [float(s) for s in args.sizes.split(",")]
     log(f"load before: {loadavg()}; working in {work}")
     started = time.perf_counter()
     try:
         if "aa" in phases:
-            aa_phase("aa-idle", args.aa_sweeps, args.aa_candidates, work, None)
+            aa_phase("aa-idle", args.aa_sweeps, args.aa_candidates, work, None, plan)
         if "busy" in phases:
-            aa_phase("aa-busy", args.aa_sweeps, args.aa_candidates, work, (args.busy_on, args.busy_off))
+            # --busy-on 0: no busy cycle of ours (the load is whatever else runs, e.g. another benchmark)
+            aa_phase("aa-busy", args.aa_sweeps, args.aa_candidates, work,
+                     (args.busy_on, args.busy_off) if args.busy_on > 0 else None, plan)
         if "truth" in phases:
             truth(work, args.truth_rounds, sizes)
         if "power" in phases:
             for s in range(args.power_sweeps):
                 variants = {f"slow{size:g}": {"preprocess_ms": 0.5 * (1 + size / 100)} for size in sizes}
-                result = sweep(POWER_PLAN, work / "power" / f"sweep{s}", variants)
+                variants.update({f"aa{k + 1}": None for k in range(args.power_aa)})
+                result = sweep(power_plan, work / "power" / f"sweep{s}", variants)
                 for t in singles(result):
                     log(f"power sweep {s + 1}/{args.power_sweeps}: {describe(t)}")
                 log(f"power sweep {s + 1}: {len(result.trials)} processes, load {loadavg()}")
