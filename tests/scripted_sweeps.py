@@ -90,7 +90,8 @@ class ScriptedRunner:
             windows.append(WindowStats(steps=10, total_ms=10 * 1000 * spec.knobs["batch_size"] / v,
                                        median_step_ms=1000 * spec.knobs["batch_size"] / v, samples_per_s=v, arm=arm))
         result = TrialResult(status="ok", trial_id=spec.trial_id, workload=spec.workload, device=spec.device,
-                             knobs=spec.knobs, burst=spec.burst, windows=windows, samples_per_s=windows[0].samples_per_s,
+                             knobs=spec.knobs, burst=spec.burst, windows=windows,
+                             samples_per_s=windows[0].samples_per_s,
                              wall_s=1.0)
         write_json_atomic(trial_dir / "trial.json", result.model_dump(mode="json"))
         return result

@@ -97,8 +97,9 @@ class Meter:
         self.warmed = {0}
         if spec.pair is not None:
             self.result.notes.append(Note(kind="info", text=(
-                f"paired process: {spec.pair.reference_label} (arm A) and {spec.pair.label} (arm B) fed one model from two "
-                f"pipelines, {len(self.schedule)} timed windows in ABBA/BAAB order; the throughput figures are "
+                f"paired process: {spec.pair.reference_label} (arm A) and {spec.pair.label} (arm B) fed one model "
+                f"from two pipelines, {len(self.schedule)} timed windows in ABBA/BAAB order; the throughput figures "
+                "are "
                 "arm A's, the comparison is the sweep's")))
         elif self.repeat:
             self.result.notes.append(Note(kind="info", text=(
@@ -368,7 +369,8 @@ def pair_schedule(blocks: int) -> list[int]:
 
 def drain_done(steps: list[StepRecord], cap: int, bound_s: float) -> bool:
     """The drain ends at the first of: steps that waited for their batch (the queue ran dry: from there on the
-    steps wait as the pipeline's real rate makes them), ``cap`` steps (``DRAIN_CAP_FACTOR x (prefetch_size + 2)``: the queue is spent), or
+    steps wait as the pipeline's real rate makes them), ``cap`` steps (``DRAIN_CAP_FACTOR x (prefetch_size + 2)``:
+    the queue is spent), or
     ``bound_s`` seconds of steps (a model that slow keeps its queue full anyway: draining it changes nothing)."""
     if len(steps) >= cap:
         return True

@@ -4,8 +4,8 @@ Why: two processes of one configuration differ by 9-24% on these machines (start
 threads land), while windows inside one process agree to a few percent, and 87-92% of a fresh process is fixed
 cost.  A change that touches only the data pipeline (``Knob.pairable``, or a workload's ``DATA_PARAMS``) can be
 measured inside one process instead: the model is built and compiled once, two pipelines (reference A, candidate
-B) feed it, and the timed windows alternate in ABBA / BAAB blocks (``burst.meter.pair_schedule``), each switch preceded by an
-untimed drain of the new pipeline's queue (``burst.meter``).  Each block gives one paired difference
+B) feed it, and the timed windows alternate in ABBA / BAAB blocks (``burst.meter.pair_schedule``), each switch
+preceded by an untimed drain of the new pipeline's queue (``burst.meter``).  Each block gives one paired difference
 ``mean log B - mean log A``; linear drift cancels within a block, and whatever slows the process slows both arms.
 Knobs that change process-wide state (mode, jit level, AMP, threads, batch size) stay fresh-process comparisons
 (``sequential.py``): the two designs answer the same question, "is B faster than A", and a benchmark

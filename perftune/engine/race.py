@@ -23,8 +23,8 @@ Paired processes (``paired.py``): a candidate that differs from the reference on
 (``pairable``) gets, after its first process (which has the profile and the accuracy window), paired processes
 instead of ``C R``: one process measures both pipelines in alternating windows, and its comparison is decided from
 the paired processes alone (``paired.decide_paired``), a look per process as before, and never before both arm
-orders were measured (``one_order``: at least two paired processes, even past ``max_runs``).  Only on one machine at a time
-(a cluster's lanes keep ``C R``).
+orders were measured (``one_order``: at least two paired processes, even past ``max_runs``).  Only on one machine
+at a time (a cluster's lanes keep ``C R``).
 
 Order: the first round follows the caller's order (the sweep's order rule puts the likely bottleneck's knobs
 first); every later round measures the open candidates in a shuffled order (random interleaving, as Google
