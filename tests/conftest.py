@@ -5,6 +5,7 @@ Bursts are real MindSpore processes (a few seconds each), so the fixtures keep w
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -13,6 +14,11 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+# A suite started as a background job of a non-interactive shell (``.ci/run &``) inherits SIGINT ignored, and so does
+# every process it starts: the Ctrl-C tests then test the launcher, not perftune (4 of them failed that way).  A
+# Python handler here is reset to the default in every child at exec, so the sweeps they start get KeyboardInterrupt.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 #: a small, fast MLP: bursts of a few seconds
 TINY_MLP = {"in_dim": 64, "hidden": 128, "layers": 2, "classes": 8, "train_samples": 1024, "val_samples": 128}
