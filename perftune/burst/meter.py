@@ -238,8 +238,7 @@ class Meter:
 
     def enter(self) -> None:
         if self.phase == "drain":
-            bound = self.spec.burst.drain_s
-            self.drain_cap = 0 if bound == 0 else DRAIN_CAP_FACTOR * (queued_batches() + 2)
+            self.drain_cap = self.new_drain_cap()
         elif self.phase == "timed":
             self.calibrate()
             self.next_window()
@@ -270,8 +269,11 @@ class Meter:
             self.window_reading = contention.read()
             return
         self.arm, self.switching, self.switch_steps = arm, True, []
-        bound = self.spec.burst.drain_s
-        self.drain_cap = 0 if bound == 0 else DRAIN_CAP_FACTOR * (queued_batches() + 2)
+        self.drain_cap = self.new_drain_cap()
+
+    def new_drain_cap(self) -> int:
+        """A drain's step cap, read as it begins (the warm-up's drain and every switch of a paired process)."""
+        return 0 if self.spec.burst.drain_s == 0 else DRAIN_CAP_FACTOR * (queued_batches() + 2)
 
     def switched(self) -> bool:
         """The switch's warm-up (the arm's first time) and then its drain are done."""

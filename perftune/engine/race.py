@@ -135,7 +135,7 @@ class Race:
         return Noise.pooled(self.runs)
 
     def decide(self, candidate: Hashable, reference: Hashable, noise: Optional[Noise] = None) -> Optional[Decision]:
-        pairs = [p for p in self.pairs if p.reference == reference and p.candidate == candidate]
+        pairs = self.pairs_of(candidate, reference)
         if pairs:  # paired processes decide alone: the between-process noise is not in them
             return decide_paired(pairs, self.policy)
         return decide(self.runs, candidate, reference, noise or self.noise(), self.policy)
@@ -144,8 +144,11 @@ class Race:
         """A paired comparison with one arm order so far: it gets the other order before it may end (its estimate
         still holds the arm effect, and a decision on one process was often too marginal to survive
         Benjamini-Hochberg: 2 of 10 real 6% changes ended "not significant" that way, measured)."""
-        pairs = [p for p in self.pairs if p.reference == reference and p.candidate == candidate]
+        pairs = self.pairs_of(candidate, reference)
         return bool(pairs) and len({p.swapped for p in pairs}) == 1
+
+    def pairs_of(self, candidate: Hashable, reference: Hashable) -> list[PairedRun]:
+        return [p for p in self.pairs if p.reference == reference and p.candidate == candidate]
 
     def paired(self, candidate: Hashable, reference: Hashable) -> bool:
         return self.measure_pair is not None and self.pairable(reference, candidate)
