@@ -316,3 +316,23 @@ def test_the_drain_ends_when_the_queue_runs_dry_is_spent_or_takes_too_long():
     assert drain_done(steps((20_000.0, 0.1)), 18, DRAIN_S)  # a slow model: one step is past the bound
     assert not drain_done(steps((1000.0, 0.1)), 18, DRAIN_S)
     assert drain_done(steps(*[(1000.0, 0.1)] * 5), 18, DRAIN_S)
+
+
+def test_a_distributed_burst_drains_its_cap_and_agrees_on_its_windows(tmp_path):
+    """Every step of a data-parallel burst is a collective, so its ranks must take the same phase decisions: the
+    drain runs its cap (the same on every rank), not until this rank's queue runs dry, and the calibrated window is
+    the ranks' longest (``agree``).  Two ranks that drained 5 and 7 steps waited for each other until msrun gave up."""
+    from perftune.burst.meter import Meter
+    from perftune.io.records import StepRecord
+
+    spec = make_spec(parse_plan({"name": "d", "workload": "mlp", "workload_params": dict(TINY_MLP),
+                                 "burst": dict(TINY_BURST)}), {}, "baseline")
+    dry = [StepRecord(phase="warmup", step_ms=10.0, data_wait_ms=8.0)] * 3
+    asked = []
+    alone, ranked = Meter(spec, tmp_path / "a"), Meter(spec, tmp_path / "b", agree=lambda v: asked.append(v) or 3 * v)
+    for meter in (alone, ranked):
+        meter.drain_cap = 6
+    assert alone.drain_over(dry) and not ranked.drain_over(dry) and ranked.drain_over(dry * 2)
+    ranked.calibrate()
+    alone.calibrate()
+    assert asked == [alone.window_steps] and ranked.window_steps == 3 * alone.window_steps

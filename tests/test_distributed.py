@@ -80,12 +80,17 @@ def test_data_parallel_burst_completes(dp):
     assert result.step_ms_median == medians[result.straggler_rank]
     assert result.rank_spread == pytest.approx((max(medians.values()) - min(medians.values())) / min(medians.values()))
     # each rank wrote its own result and profile; msrun logged each rank
+    phases = []
     for r in (0, 1):
         own = TrialResult.model_validate_json((trial_dir / f"rank_{r}" / "trial.json").read_text())
         assert own.status == "ok" and own.applied["rank"] == r
+        phases.append([s.phase for s in own.steps])
         assert list((trial_dir / f"rank_{r}" / "profile").glob("*_ascend_ms"))
         assert (trial_dir / "msrun_logs" / f"worker_{r}.log").is_file()
         assert result.ranks[r].result_dir == f"rank_{r}"
+    # every step is a collective: the ranks ran the same phases step for step (the drain is its cap on each rank,
+    # not until that rank's own queue ran dry, which had ranks wait for each other's steps until msrun timed out)
+    assert phases[0] == phases[1] and "warmup" in phases[0]
     assert json.loads((trial_dir / "trial.json").read_text())["world_size"] == 2
     assert _leftovers(trial_dir) == [] and processes_of(trial_dir) == []
 

@@ -81,6 +81,11 @@ def all_gather_bytes(payload: bytes, rank: int, world: int) -> list[bytes]:
     return [rows[r, :int(lengths[r])].astype(np.uint8).tobytes() for r in range(world)]
 
 
+def agree_max(value: int, rank: int, world: int) -> int:
+    """The largest of the ranks' ``value`` (a phase decision that every rank must take alike: one collective)."""
+    return max(int(p.decode()) for p in all_gather_bytes(str(int(value)).encode(), rank, world))
+
+
 def _env_int(name: str) -> Optional[int]:
     try:
         return int(os.environ[name])

@@ -83,8 +83,11 @@ class BurstDone(BaseException):
 
 class Meter:
     def __init__(self, spec: TrialSpec, out_dir: Path, result: Optional[TrialResult] = None, *,
-                 grad_norms: bool = False):
+                 grad_norms: bool = False, agree: Optional[Callable[[int], int]] = None):
         self.spec = spec
+        #: a distributed burst's ranks must run the same steps (every step is a collective): ``agree`` gives the
+        #: largest of the ranks' values, and drains run their cap, not until this rank's queue runs dry
+        self.agree = agree
         self.dir = Path(out_dir)
         self.result = result if result is not None else failed_result(spec, "failed", None)
         self.grad_norms = grad_norms  # the driver passes each accuracy step's gradient norm (perftune's own step)
@@ -214,8 +217,14 @@ class Meter:
         return True
 
     def drained(self) -> bool:
+        return self.drain_over(self.in_phase)
+
+    def drain_over(self, steps: list[StepRecord]) -> bool:
+        """The drain's rule (``drain_done``); on a distributed burst, the cap alone (the same on every rank)."""
+        if self.agree is not None:
+            return len(steps) >= self.drain_cap
         bound = self.spec.burst.drain_s
-        return drain_done(self.in_phase, self.drain_cap, DRAIN_S if bound is None else bound)
+        return drain_done(steps, self.drain_cap, DRAIN_S if bound is None else bound)
 
     def advance(self) -> None:
         """After each step: close a full timed window, then leave every complete phase (entering the next)."""
@@ -280,8 +289,7 @@ class Meter:
         warm = 0 if self.arm in self.warmed else max(1, self.spec.burst.warmup_steps)
         if len(self.switch_steps) < warm:
             return False
-        bound = self.spec.burst.drain_s
-        return drain_done(self.switch_steps[warm:], self.drain_cap, DRAIN_S if bound is None else bound)
+        return self.drain_over(self.switch_steps[warm:])
 
     def calibrate(self) -> None:
         """``burst.min_window_s``: as many steps per window as that takes (``results.calibrated_window_steps``);
@@ -294,6 +302,8 @@ class Meter:
             burst = burst.model_copy(update={"min_window_s": max(burst.min_window_s or 0.0,
                                                                  self.spec.pair.min_window_s)})
         self.window_steps, note = calibrated_window_steps(burst, warm)
+        if self.agree is not None:  # each rank timed its own warm-up: the ranks take the longest window
+            self.window_steps = self.agree(self.window_steps)
         if note is not None:
             self.result.notes.append(note)
 

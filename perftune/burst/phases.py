@@ -18,7 +18,7 @@ from typing import Optional
 import numpy as np
 
 from perftune.burst import amp_check
-from perftune.burst.collectives import all_gather_bytes, init_distributed, own_summary
+from perftune.burst.collectives import agree_max, all_gather_bytes, init_distributed, own_summary
 from perftune.burst.context import (
     apply_context,
     distributed_read_back,
@@ -228,7 +228,8 @@ class Burst:
         started = time.perf_counter()
         self.build()
         self.result.environment = environment(self.spec.device, self.k["kernel_threads"] or None)
-        self.meter = Meter(self.spec, self.dir, self.result, grad_norms=True)  # the phases and the repeat rule
+        agree = (lambda v: agree_max(v, self.rank, self.world)) if self.world > 1 else None
+        self.meter = Meter(self.spec, self.dir, self.result, grad_norms=True, agree=agree)  # phases, repeat rule
         self.meter.accuracy_end = self.accuracy_end
         self.meter.learning_rate = self.learning_rate
         self.train()
