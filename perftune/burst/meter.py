@@ -382,12 +382,9 @@ def pair_schedule(blocks: int) -> list[int]:
 def drain_done(steps: list[StepRecord], cap: int, bound_s: float) -> bool:
     """The drain ends at the first of: steps that waited for their batch (the queue ran dry: from there on the
     steps wait as the pipeline's real rate makes them), ``cap`` steps (``DRAIN_CAP_FACTOR x (prefetch_size + 2)``:
-    the queue is spent), or
-    ``bound_s`` seconds of steps (a model that slow keeps its queue full anyway: draining it changes nothing)."""
-    if len(steps) >= cap:
-        return True
-    if not steps:
-        return False
+    the queue is spent), or ``bound_s`` seconds of steps (a model that slow keeps its queue full anyway)."""
+    if len(steps) >= cap or not steps:
+        return len(steps) >= cap
     last = steps[-DRY_STEPS:]
     if len(last) == DRY_STEPS and all(r.data_wait_ms > max(DRY_WAIT_MS, DRY_WAIT_SHARE * r.step_ms) for r in last):
         return True
