@@ -8,7 +8,7 @@ mindcv builds its models in inference mode; the burst's train step switches them
 The images are noise plus a coarse pattern: a ``grid`` x ``grid`` grid of per-channel offsets (``signal`` times a
 standard normal each), and the label is the class whose projection of those offsets by a fixed random linear
 "teacher" is largest.  A task the network generalises from: 4096 samples at batch 16 took the validation loss from
-ln 10 = 2.30 to 1.27-1.35 (two seeds, 16 x 16 images), so a change that trains worse shows on held-out images.  The
+ln 10 = 2.30 to 1.18-1.44 (five seeds through perftune, 2048 images of 16 x 16; accuracy_gate.py).  The
 first teacher projected every pixel: the network memorised the training images instead (its training loss fell to
 0.01-0.05 while validation stayed at 2.9-4.5, measured 2026-12-04), and with random labels a short run's validation
 loss is chaotic (mode=graph was "accuracy rejected +17%" for no reason but that; issue 14's closing note).

@@ -39,8 +39,9 @@ from perftune.runner import run_trial  # noqa: E402
 #: harmful), and with 2048 its loss fell 5% in 512 samples; this one learns over a window of ``MINDCV_SAMPLES``
 MINDCV = {"model": "resnet18", "image_size": 16, "classes": 10, "train_samples": 2048, "val_samples": 256}
 #: the mindcv window, fixed: batch 16 takes the validation loss from 2.30 to 1.27-1.35 in it, batch 128 to 1.68-1.77
-#: (measured 2026-12-04, two seeds each, with the workload's data outside perftune); the sizing's probes would stop at
-#: the first fall of the training loss, long before a larger batch shows what it costs
+#: (measured 2026-12-04, two seeds each, with the workload's data outside perftune).  Through perftune the same
+#: window gave the baseline's seeds 1.18-1.44 and batch x4 / x8 1.39-1.75: within the seeds' spread, so not yet a
+#: harmful case (the perftune README, "The accuracy gate")
 MINDCV_SAMPLES = 4096
 #: workload -> (plan fields, [(change, harmful)])
 CASES = {
