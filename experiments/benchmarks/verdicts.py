@@ -41,6 +41,8 @@ from typing import Optional
 
 from harness import CannotMeasure, EXIT_CANNOT_MEASURE, fixed_cost, loadavg, log, make_plan, out_dir
 
+from perftune.engine.blocked import process_run
+from perftune.engine.sequential import blocks
 from perftune.engine.specs import make_spec
 from perftune.engine.sweep import Sweep
 from perftune.io.files import read_sweep
@@ -49,13 +51,13 @@ from perftune.io.sweep_records import SweepResult
 from perftune.runner import run_trial
 
 #: the compute-bound plan of the A/A sweeps: the mlp defaults (0.4 M parameters), graph mode, batch 32
-AA_PLAN = {"workload": "mlp", "device": "CPU", "seed": 0, "baseline": {"batch_size": 32, "mode": "graph"}}
+#: (the accuracy gate is not what is measured here: a fixed short window and no seed runs)
+AA_PLAN = {"workload": "mlp", "device": "CPU", "seed": 0, "baseline": {"batch_size": 32, "mode": "graph"},
+           "accuracy": {"samples": 256, "seeds": 1}}
 #: the data-bound plan of the power sweeps: the quickstart's workload, graph mode
 POWER_PLAN = {"workload": "mlp", "workload_params": {"preprocess_ms": 0.5}, "device": "CPU", "seed": 0,
               "baseline": {"batch_size": 32, "mode": "graph", "num_parallel_workers": 1, "prefetch_size": 2},
               "accuracy": {"rel_tolerance": 1000, "samples": 256, "seeds": 1}}
-#: the accuracy gate is not what is measured here: a fixed short window and no seed runs
-AA_PLAN["accuracy"] = {"samples": 256, "seeds": 1}
 PLANS = {"compute": AA_PLAN, "data": POWER_PLAN}
 
 
@@ -198,17 +200,14 @@ def sweeps_in(folder: Path) -> list[SweepResult]:
 
 def agreement(name: str, results: list[SweepResult]) -> None:
     """Do fresh processes and paired ones measure the same change?  Per candidate: the geometric mean over the
-    sweeps of its first (fresh) process against the baseline processes on either side, and of its paired blocks."""
+    sweeps of its fresh processes against the baseline processes on either side (the sweep's own blocks,
+    ``sequential.blocks``), and of its paired blocks."""
     fresh: dict[str, list[float]] = {}
     paired: dict[str, list[float]] = {}
     for r in results:
-        order = [(t.label, t.result.samples_per_s) for t in r.trials if t.result.status == "ok" and t.result.samples_per_s]
-        for i, (label, sps) in enumerate(order):
-            if label == "baseline":
-                continue
-            sides = [math.log(order[j][1]) for j in (i - 1, i + 1) if 0 <= j < len(order) and order[j][0] == "baseline"]
-            if sides:
-                fresh.setdefault(label, []).append(math.log(sps) - sum(sides) / len(sides))
+        runs = [process_run(t.label, t.result) for t in r.trials if t.result.status == "ok" and t.result.windows]
+        for label in {run.config for run in runs} - {"baseline"}:
+            fresh.setdefault(label, []).extend(b.difference for b in blocks(runs, label, "baseline"))
         for p in r.paired:
             if p.status == "ok" and p.differences and p.reference != p.candidate:
                 paired.setdefault(p.candidate.lstrip("+"), []).extend(p.differences)

@@ -102,8 +102,7 @@ class Meter:
             self.result.notes.append(Note(kind="info", text=(
                 f"paired process: {spec.pair.reference_label} (arm A) and {spec.pair.label} (arm B) fed one model "
                 f"from two pipelines, {len(self.schedule)} timed windows in ABBA/BAAB order; the throughput figures "
-                "are "
-                "arm A's, the comparison is the sweep's")))
+                "are arm A's, the comparison is the sweep's")))
         elif self.repeat:
             self.result.notes.append(Note(kind="info", text=(
                 f"repeat process {spec.replicate + 1} of this configuration: the profile comes from its first "

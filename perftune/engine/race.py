@@ -189,9 +189,9 @@ class Race:
             noise = self.noise()
             decisions = {c: self.decide(c, reference, noise) for c in pending if c not in stopped}
             pending = [c for c, d in decisions.items()
-                       if d is not None and (d.outcome == "open" or self.one_order(c, reference))
-                       and (self.processes[c] < self.policy.max_runs or self.one_order(c, reference))
-                       and not self.settled(c)]
+                       if d is not None and not self.settled(c)
+                       and (self.one_order(c, reference)  # the other arm order first, whatever the budget
+                            or (d.outcome == "open" and self.processes[c] < self.policy.max_runs))]
         noise = self.noise()
         return {c: self.decide(c, reference, noise) for c in candidates}
 
