@@ -74,3 +74,14 @@ def test_mindcv_script_route_in_pynative(tmp_path):
 def test_mindcv_function_route_in_pynative(tmp_path):
     params = {"model": "resnet18", "image_size": 32, "classes": 10, "train_samples": 64, "val_samples": 4}
     check_phases(*burst(tmp_path, "function", "experiments.mindcv_resnet:build", params))
+
+
+def test_mindcv_workload_refuses_a_grid_that_does_not_divide_the_image(monkeypatch):
+    """The pattern's grid (``workload_params.grid``) must tile the image: the error names the field and the size."""
+    monkeypatch.syspath_prepend(str(REPO))
+    from experiments.mindcv_resnet import build
+
+    with pytest.raises(ValueError, match=r"grid must divide image_size \(32\), got 3"):
+        build({"image_size": 32, "grid": 3}, 0)
+    with pytest.raises(ValueError, match=r"unknown workload_params \['teacher'\]"):
+        build({"teacher": "pixels"}, 0)
