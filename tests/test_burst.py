@@ -67,7 +67,7 @@ def test_burst_end_to_end(baseline):
     assert phases.count("timed") == TINY_BURST["steps"] * TINY_BURST["repeats"]
     assert phases.count("profiled") in (0, TINY_BURST["profile_steps"])
     # + the prefetch drain: at least one step, at most DRAIN_CAP_FACTOR x (prefetch_size + 2)
-    from perftune.burst.meter import DRAIN_CAP_FACTOR
+    from perftune.burst.drain import DRAIN_CAP_FACTOR
 
     assert TINY_BURST["warmup_steps"] + 1 <= result.warmup_steps <= \
         TINY_BURST["warmup_steps"] + DRAIN_CAP_FACTOR * (2 + 2)
@@ -296,10 +296,10 @@ def test_a_repeat_process_skips_the_profile_but_not_the_accuracy_window(tmp_path
 
 
 def test_the_drain_ends_when_the_queue_runs_dry_is_spent_or_takes_too_long():
-    """The warm-up's drain of prefetched batches (scripted step records; ``meter.drain_done``): a slow model stops
+    """The warm-up's drain of prefetched batches (scripted step records; ``drain.drain_done``): a slow model stops
     after its time bound (one 20 s ResNet-18 step on CPU, not 18), a fast one drains the whole queue unless two
     steps in a row waited for their batch."""
-    from perftune.burst.meter import DRAIN_S, drain_done
+    from perftune.burst.drain import DRAIN_S, drain_done
     from perftune.io.records import StepRecord
 
     def steps(*pairs):  # (step ms, data wait ms)

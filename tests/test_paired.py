@@ -110,6 +110,53 @@ def test_the_phase_machine_alternates_arms_with_switch_drains(tmp_path):
     assert any("paired process" in n.text for n in result.notes)
 
 
+def test_an_arm_whose_queue_never_ran_dry_drains_one_queue_at_later_switches(tmp_path, monkeypatch):
+    """Scripted steps: arm A's batches are always ready (its capped drain never finds the queue empty), arm B's
+    steps wait for theirs.  A drains DRAIN_CAP_FACTOR queues the first time and one queue at every later switch; B's
+    drains end when its queue runs dry (two waiting steps), every time; the windows close at ``burst.steps`` steps
+    once they lasted ``pair.min_window_s``.  The Meter reads a scripted clock, so the machine's load changes nothing."""
+    from types import SimpleNamespace
+
+    from perftune.burst import meter as meter_module
+    from perftune.burst.drain import DRAIN_CAP_FACTOR, DRY_STEPS, queued_batches
+
+    plan = parse_plan({"name": "p", "workload": "mlp", "accuracy": {"samples": 64, "seeds": 1},
+                       "burst": {"warmup_steps": 2, "steps": 3, "repeats": 2, "profile_steps": 2}}, "t")
+    ref = make_spec(plan, {}, "baseline")
+    spec = paired_spec(ref, make_spec(plan, {"num_parallel_workers": 2}, "+num_parallel_workers=2"), 0, 3, 0.004)
+    clock = [0.0]
+    monkeypatch.setattr(meter_module, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    meter = Meter(spec, tmp_path)
+    arms = []
+    meter.start()
+    while not meter.done:
+        arms.append(meter.arm)
+        if meter.arm == 1:
+            clock[0] += 0.002  # B's batch is not ready: the step waits 2 ms for it
+        meter.begin()
+        if meter.arm == 0:
+            clock[0] += 0.0005  # A's batch was ready: the step computes for 0.5 ms
+        meter.end(1.0, 32)
+    runs: list[tuple[int, int]] = []  # (arm, untimed steps) for each stretch of untimed steps
+    untimed_before = False
+    for arm, record in zip(arms, meter.records):
+        untimed = record.phase != "timed"
+        if untimed and untimed_before and runs[-1][0] == arm:
+            runs[-1] = (arm, runs[-1][1] + 1)
+        elif untimed:
+            runs.append((arm, 1))
+        untimed_before = untimed
+    queue = queued_batches() + 2
+    a_drains = [n for arm, n in runs if arm == 0]
+    b_drains = [n for arm, n in runs if arm == 1]
+    assert a_drains[0] == 2 + DRAIN_CAP_FACTOR * queue  # warm-up, then the capped drain: never dry
+    assert a_drains[1:] and all(n == queue for n in a_drains[1:])
+    assert b_drains[0] == 2 + DRY_STEPS and all(n == DRY_STEPS for n in b_drains[1:])  # warm-up 2, then dry
+    assert [w.arm for w in meter.result.windows] == pair_schedule(3)
+    # closed by time: A's 0.5 ms steps need 8 for 4 ms, B's 2 ms steps reach it at burst.steps (3)
+    assert {w.arm: w.steps for w in meter.result.windows} == {0: 8, 1: 3}
+
+
 def test_a_real_paired_burst(tmp_path):
     """Two pipelines of the tiny mlp (different preprocessing) feed one model in one process: the windows follow
     the schedule, both arms measured, no accuracy window and no profile; trial.json and the spec are on disk."""

@@ -177,6 +177,23 @@ def test_retry_on_stack_off_skips_undecided_changes(tmp_path):
     assert result.best_label == "+mode=pynative +num_parallel_workers=2"
 
 
+def test_a_slower_data_change_is_retried_on_the_stack_and_a_slower_compute_change_is_not(tmp_path):
+    """Against a compute-bound baseline a data-pipeline change can be slower (its worker threads take cores from the
+    step) and still help once graph mode made the step data-bound; a slower compute change is not retried."""
+    variables = {"mode": ["pynative"], "num_parallel_workers": [2], "jit_level": ["O1"]}
+    scripts = {"baseline": Script(), "+mode=pynative": Script(2.0), "+num_parallel_workers=2": Script(0.8),
+               "+jit_level=O1": Script(0.8), "+mode=pynative +num_parallel_workers=2": Script(3.2)}
+    sweep, runner = make_sweep(tmp_path, variables, scripts, baseline_runs=2)
+    result = sweep.run()
+    s = singles(result)
+    assert [s[k].verdict for k in ("+mode=pynative", "+num_parallel_workers=2", "+jit_level=O1")] == \
+        ["kept", "slower", "slower"]
+    assert [(st.label, st.kept) for st in result.stack] == [
+        ("baseline", True), ("+mode=pynative", True), ("+mode=pynative +num_parallel_workers=2", True)]
+    assert not any("+jit_level=O1" in label and label != "+jit_level=O1" for label, _ in runner.calls)
+    assert result.best_label == "+mode=pynative +num_parallel_workers=2"
+
+
 def test_undecided_single_is_not_the_first_stack_row(tmp_path):
     # retry_on_stack with nothing kept: an undecided change has nothing to be stacked on
     sweep, runner = make_sweep(tmp_path, {"jit_level": ["O1"]}, {"baseline": Script(), "+jit_level=O1": Script()},

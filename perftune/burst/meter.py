@@ -21,9 +21,11 @@ The phases, in order (a phase of zero size is skipped: ``accuracy_samples`` 0, `
 
 A paired process (``spec.pair``: ``perftune.engine.paired``) has two arms, the reference's pipeline (0) and the
 candidate's (1), feeding one model; the driver takes each step's batch from the arm ``Meter.arm`` names.  Its
-timed windows alternate ABBA / BAAB (``pair_schedule``), each at least ``pair.min_window_s`` long; before a window
-whose arm differs from the last step's, the new arm is switched in by untimed steps: its warm-up the first time,
-then a drain of what its pipeline prefetched meanwhile (the drain's rule), so a full queue does not flatter it.
+timed windows alternate ABBA / BAAB (``pair_schedule``), each closed once it has ``burst.steps`` steps and lasted
+``pair.min_window_s``; before a window whose arm differs from the last step's, the new arm is switched in by untimed
+steps: its warm-up the first time, then a drain of what its pipeline prefetched meanwhile (``burst.drain``), so a
+full queue does not flatter it: the full capped drain until the arm's queue once ran dry, one queue's worth for an
+arm whose capped drain never found its queue empty (``drained_once``).
 It has no accuracy window (``accuracy_samples`` 0: both arms share one history) and no profile.
 
 Timing: a step runs from the end of the previous step to the end of this one (``start`` sets the first origin), so
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from perftune.burst import contention
+from perftune.burst.drain import DRAIN_CAP_FACTOR, DRAIN_S, drain_done, queued_batches, waited
 from perftune.burst.failures import one_line
 from perftune.burst.results import (
     analyse_profile,
@@ -56,21 +59,6 @@ from perftune.io.derived import failed_result
 ORDER = ("accuracy", "warmup", "drain", "timed", "profiled", "done")
 #: the phase each machine phase writes into a step record (the on-disk phases; drain steps are warm-up steps)
 RECORD_PHASE = {"drain": "warmup"}
-#: the drain's time bound (``burst.drain_s`` overrides it).  The old fixed drain of prefetch_size + 2 steps (18 at the
-#: default) took almost 6 minutes of a ResNet-18 burst on CPU, for nothing: a model that slow consumes batches slower
-#: than the pipeline makes them, so its queue stays full and its steps never wait whatever the drain does.
-DRAIN_S = 5.0
-#: a step whose wait for its batch is longer than this (ms) and this share of the step found the queue empty; two
-#: such steps in a row (one can be a scheduler's hiccup on a busy machine): from there on the steps show the
-#: pipeline's real rate, and the drain has done its job
-DRY_WAIT_MS = 0.5
-DRY_WAIT_SHARE = 0.1
-DRY_STEPS = 2
-#: a drain takes up to this many times ``prefetch_size + 2`` steps, unless the queue runs dry first: the pipeline
-#: holds more than its prefetch (each operator's queue, the iterator's).  At 1x, the windows right after a drain were
-#: 10% fast on the data-bound quickstart workload (paired ABBA blocks alternated -10% / +10%); the cap only bounds a
-#: pipeline that never runs dry, and then its queue changes nothing
-DRAIN_CAP_FACTOR = 4
 #: the warm-up and drain steps the window calibration reads: the last ones (the first took batches the pipeline had
 #: queued during compile, 5x faster than a data-bound step: windows calibrated on them lasted 3 s, not 0.5)
 CALIBRATE_FROM = 3
@@ -98,6 +86,10 @@ class Meter:
         self.switching = False  # untimed steps switching the next window's arm in (warm-up, then drain)
         self.switch_steps: list[StepRecord] = []
         self.warmed = {0}
+        self.never_dry: set[int] = set()  # arms whose capped drain never found the queue empty (``drained_once``)
+        #: a paired process's windows close by time (``window_full``), a fresh process's at their calibrated steps
+        self.by_time_ms = (max(spec.burst.min_window_s or 0.0, spec.pair.min_window_s) * 1e3
+                           if spec.pair is not None and agree is None else None)
         if spec.pair is not None:
             self.result.notes.append(Note(kind="info", text=(
                 f"paired process: {spec.pair.reference_label} (arm A) and {spec.pair.label} (arm B) fed one model "
@@ -229,11 +221,11 @@ class Meter:
         """After each step: close a full timed window, then leave every complete phase (entering the next)."""
         while True:
             if self.switching and self.switched():
+                self.drained_once(self.switch_steps[self.switch_warm():])
                 self.switching = False
                 self.warmed.add(self.arm)
                 self.window_reading = contention.read()
-            if self.phase == "timed" and not self.switching and self.in_phase \
-                    and len(self.in_phase) >= self.window_steps:
+            if self.phase == "timed" and not self.switching and self.window_full():
                 self.close_window()
                 if self.window < len(self.schedule):
                     self.next_window()
@@ -243,6 +235,15 @@ class Meter:
             self.phase = ORDER[ORDER.index(self.phase) + 1]
             self.in_phase = []
             self.enter()
+
+    def window_full(self) -> bool:
+        """A window closes at its calibrated steps; a paired process's at ``burst.steps`` steps *and* its minimum
+        time, measured as it runs: a calibration read off queue-fed warm-up steps once made 2.6 s windows of 0.5."""
+        n = len(self.in_phase)
+        if self.by_time_ms is None:
+            return n >= self.window_steps
+        return n >= 100 * self.spec.burst.steps or (
+            n >= self.spec.burst.steps and sum(r.step_ms for r in self.in_phase) >= self.by_time_ms)
 
     def enter(self) -> None:
         if self.phase == "drain":
@@ -262,6 +263,8 @@ class Meter:
             if self.accuracy_end is not None:
                 self.accuracy_end(acc)
         elif self.phase in ("warmup", "drain"):
+            if self.phase == "drain":
+                self.drained_once(self.in_phase)
             self.result.warmup_steps = sum(r.phase == "warmup" for r in self.records)
         elif self.phase == "timed":  # a paired process's figures are its reference arm's
             arm_a = {i for i, arm in enumerate(self.schedule) if arm == 0}
@@ -280,27 +283,40 @@ class Meter:
         self.drain_cap = self.new_drain_cap()
 
     def new_drain_cap(self) -> int:
-        """A drain's step cap, read as it begins (the warm-up's drain and every switch of a paired process)."""
-        return 0 if self.spec.burst.drain_s == 0 else DRAIN_CAP_FACTOR * (queued_batches() + 2)
+        """A drain's step cap, read as it begins (the warm-up's drain and every switch of a paired process): one
+        queue's worth for an arm whose queue never ran dry (``never_dry``), else ``DRAIN_CAP_FACTOR`` of them."""
+        if self.spec.burst.drain_s == 0:
+            return 0
+        factor = 1 if self.arm in self.never_dry and self.agree is None else DRAIN_CAP_FACTOR
+        return factor * (queued_batches() + 2)
+
+    def drained_once(self, steps: list[StepRecord]) -> None:
+        """After a drain: an arm whose whole capped drain found its batch ready every step is fed faster than it
+        trains, so its queue is full in the timed windows too and a later drain needs only the queue's worth.  In
+        PyNative the quickstart's 12 switches drained 16 steps each, half of a paired process, for nothing."""
+        if steps and len(steps) >= self.drain_cap and not any(waited(r) for r in steps):
+            self.never_dry.add(self.arm)
+
+    def switch_warm(self) -> int:
+        """The switch's warm-up steps: the arm's first time only."""
+        return 0 if self.arm in self.warmed else max(1, self.spec.burst.warmup_steps)
 
     def switched(self) -> bool:
         """The switch's warm-up (the arm's first time) and then its drain are done."""
-        warm = 0 if self.arm in self.warmed else max(1, self.spec.burst.warmup_steps)
+        warm = self.switch_warm()
         if len(self.switch_steps) < warm:
             return False
         return self.drain_over(self.switch_steps[warm:])
 
     def calibrate(self) -> None:
         """``burst.min_window_s``: as many steps per window as that takes (``results.calibrated_window_steps``);
-        a paired process's windows at least ``pair.min_window_s``."""
+        a paired process's windows are closed by time instead (``window_full``)."""
+        if self.by_time_ms is not None:
+            return
         warm = [r.step_ms for r in self.records if r.phase == "warmup"]
         if len(warm) > CALIBRATE_FROM + 1:  # the drain's last steps: the pipeline's own rate, not its queue's
             warm = warm[:1] + warm[-CALIBRATE_FROM:]
-        burst = self.spec.burst
-        if self.spec.pair is not None:
-            burst = burst.model_copy(update={"min_window_s": max(burst.min_window_s or 0.0,
-                                                                 self.spec.pair.min_window_s)})
-        self.window_steps, note = calibrated_window_steps(burst, warm)
+        self.window_steps, note = calibrated_window_steps(self.spec.burst, warm)
         if self.agree is not None:  # each rank timed its own warm-up: the ranks take the longest window
             self.window_steps = self.agree(self.window_steps)
         if note is not None:
@@ -376,23 +392,3 @@ def pair_schedule(blocks: int) -> list[int]:
     for b in range(blocks):
         out += [0, 1, 1, 0] if b % 2 == 0 else [1, 0, 0, 1]
     return out
-
-
-def drain_done(steps: list[StepRecord], cap: int, bound_s: float) -> bool:
-    """The drain ends at the first of: steps that waited for their batch (the queue ran dry: from there on the
-    steps wait as the pipeline's real rate makes them), ``cap`` steps (``DRAIN_CAP_FACTOR x (prefetch_size + 2)``:
-    the queue is spent), or ``bound_s`` seconds of steps (a model that slow keeps its queue full anyway)."""
-    if len(steps) >= cap or not steps:
-        return len(steps) >= cap
-    last = steps[-DRY_STEPS:]
-    if len(last) == DRY_STEPS and all(r.data_wait_ms > max(DRY_WAIT_MS, DRY_WAIT_SHARE * r.step_ms) for r in last):
-        return True
-    return sum(r.step_ms for r in steps) >= bound_s * 1e3
-
-
-def queued_batches() -> int:
-    """How many batches the pipeline may hold ready: its prefetch size, as configured when the drain begins (the
-    plan's ``prefetch_size``, or what a script set)."""
-    import mindspore.dataset as ds
-
-    return int(ds.config.get_prefetch_size())

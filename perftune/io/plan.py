@@ -38,7 +38,7 @@ class BurstSettings(PlanRecord):
     #: many seconds, the steps per window chosen from the warm-up's step time (None: exactly ``steps`` per window)
     min_window_s: Optional[float] = Field(None, gt=0, le=600)
     #: the longest the warm-up's drain of prefetched batches may last, in seconds (None: the burst's default,
-    #: ``perftune.burst.meter.DRAIN_S``; 0: no drain).  See ``Meter.drained`` for why it is bounded by time.
+    #: ``perftune.burst.drain.DRAIN_S``; 0: no drain).  See ``Meter.drained`` for why it is bounded by time.
     drain_s: Optional[float] = Field(None, ge=0, le=600)
 
 
