@@ -73,6 +73,10 @@ class LaneRunner(ScriptedRunner):
 
 
 def lane_sweep(out: Path, runner: LaneRunner, variables: dict, **decision) -> Sweep:
+    """A sweep on two lanes; the stack tries only kept changes (``retry_on_stack`` off), so every single's process
+    is a one-at-a-time one (the slower workers change would otherwise be retried on the stack, with a single as the
+    stack's reference: test_sweep_logic covers that)."""
+    decision = {"retry_on_stack": False, **decision}
     plan = Plan(name="lanes", workload="tiny_mlp", variables=variables, decision=decision, accuracy=FIXED_WINDOW)
     return Sweep(plan, out, runner)
 
