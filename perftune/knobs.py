@@ -159,6 +159,12 @@ def in_group(group: KnobGroup) -> tuple[str, ...]:
     return tuple(name for name, knob in KNOBS.items() if knob.group == group)
 
 
+def pairable(name: str) -> bool:
+    """Whether knob ``name`` changes only one pipeline's own arguments (``Knob.pairable``): such a change can be
+    compared inside one process, and is retried on the stack even when it was slower alone."""
+    return name in KNOBS and KNOBS[name].pairable
+
+
 def format_value(value: Any) -> str:
     """A knob value as plans and labels write it (booleans in YAML's lower case)."""
     return str(value).lower() if isinstance(value, bool) else str(value)

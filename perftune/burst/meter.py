@@ -45,6 +45,7 @@ from perftune.burst.drain import DRAIN_CAP_FACTOR, DRAIN_S, drain_done, queued_b
 from perftune.burst.failures import one_line
 from perftune.burst.results import (
     analyse_profile,
+    MAX_WINDOW_FACTOR,
     calibrated_window_steps,
     finite_or_none,
     loss_value,
@@ -104,6 +105,7 @@ class Meter:
         self.in_phase: list[StepRecord] = []
         self.pending: list[tuple[StepRecord, Any]] = []  # a timed window's records and loss tensors
         self.window = 0
+        self.window_ms = 0.0  # the open timed window's steps so far (a running sum: ``window_full`` reads it per step)
         self.window_steps = spec.burst.steps  # calibrated on entering the timed windows (burst.min_window_s)
         self.window_reading: Optional[contention.Reading] = None
         self.drain_cap = 0
@@ -184,6 +186,8 @@ class Meter:
             (self.switch_steps if self.switching else self.in_phase).append(record)
             if not sync:
                 self.pending.append((record, loss if i == steps - 1 else None))
+        if timed:
+            self.window_ms += step_ms * steps
         if self.result.compile_ms is None:
             self.result.compile_ms = self.records[0].step_ms  # the first step compiles the graph
         self.advance()
@@ -242,8 +246,8 @@ class Meter:
         n = len(self.in_phase)
         if self.by_time_ms is None:
             return n >= self.window_steps
-        return n >= 100 * self.spec.burst.steps or (
-            n >= self.spec.burst.steps and sum(r.step_ms for r in self.in_phase) >= self.by_time_ms)
+        return n >= MAX_WINDOW_FACTOR * self.spec.burst.steps or (
+            n >= self.spec.burst.steps and self.window_ms >= self.by_time_ms)
 
     def enter(self) -> None:
         if self.phase == "drain":
@@ -339,6 +343,7 @@ class Meter:
         self.result.windows.append(stats)
         self.window += 1
         self.in_phase = []
+        self.window_ms = 0.0
 
     def samples_of(self, record: StepRecord) -> int:
         i = self.records.index(record)

@@ -74,17 +74,21 @@ def training_accuracy(records: list[StepRecord], samples_seen: int, lr_scale: fl
     )
 
 
+#: a timed window takes at most this many times ``burst.steps`` steps, however short the steps are
+MAX_WINDOW_FACTOR = 100
+
+
 def calibrated_window_steps(burst: BurstSettings, warm_ms: list[float]) -> tuple[int, Optional[Note]]:
     """Steps per timed window: ``burst.steps``, or more where ``burst.min_window_s`` asks for longer windows.
 
     As pyperf and timeit calibrate their loops: the step time is the median of the warm-up steps after the
-    first (which compiled), and the window gets enough steps to last ``min_window_s`` (at most 100x ``steps``).
+    first (which compiled), and the window gets enough steps to last ``min_window_s`` (at most ``MAX_WINDOW_FACTOR`` x ``steps``).
     """
     warm = warm_ms[1:]
     if not burst.min_window_s or not warm:
         return burst.steps, None
     per_step_ms = max(float(np.median(warm)), 1e-3)
-    steps = min(max(burst.steps, math.ceil(burst.min_window_s * 1e3 / per_step_ms)), 100 * burst.steps)
+    steps = min(max(burst.steps, math.ceil(burst.min_window_s * 1e3 / per_step_ms)), MAX_WINDOW_FACTOR * burst.steps)
     if steps == burst.steps:
         return steps, None
     return steps, Note(kind="info", text=(

@@ -40,8 +40,7 @@ def stack_candidates(single_trials: list[SweepTrial], retry_on_stack: bool) -> l
     best: dict[str, SweepTrial] = {}
     for t in single_trials:
         knob = next(iter(t.changes), None)
-        data_knob = knob in knobs.KNOBS and knobs.KNOBS[knob].pairable
-        retried = retry_on_stack and t.verdict == "slower" and data_knob
+        retried = retry_on_stack and t.verdict == "slower" and knob is not None and knobs.pairable(knob)
         if (t.verdict not in allowed and not retried) or t.vs_baseline is None:
             continue
         rank = (t.verdict == "kept", t.vs_baseline.ratio)

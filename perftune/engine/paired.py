@@ -52,7 +52,7 @@ def pairable_change(reference: dict[str, Any], candidate: dict[str, Any], worklo
     params = sorted(k for k in set(ref_params) | set(cand_params) if ref_params.get(k) != cand_params.get(k))
     if not differ and not params:
         return "the same configuration (an A/A check)"
-    if any(k not in knobs.KNOBS or not knobs.KNOBS[k].pairable for k in differ):
+    if not all(knobs.pairable(k) for k in differ):
         return None
     if params and not set(params) <= set(DATA_PARAMS.get(workload, ())):
         return None
