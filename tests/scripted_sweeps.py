@@ -34,6 +34,7 @@ class Script:
     val_loss: float = 2.0
     data_share: float = 0.1  # data wait / step, for the order rule (baseline's first run)
     contended: tuple[int, ...] = ()  # replicates measured while other processes competed for the cores
+    window_noise: float = 0.005  # a paired process's windows: +- this share of seeded uniform noise
 
 
 class ScriptedRunner:
@@ -77,16 +78,17 @@ class ScriptedRunner:
 
     def paired(self, spec: TrialSpec, trial_dir: Path) -> TrialResult:
         """A paired process: windows in the meter's ABBA/BAAB order, each arm at its script's factor (its first
-        process's), with +-0.5% seeded noise per window."""
-        factors = []
+        process's), with seeded uniform noise per window (``Script.window_noise``)."""
+        factors, noise = [], []
         for label in (spec.pair.reference_label, spec.pair.label):
             s = self.scripts.get(label)
             assert s is not None, f"the sweep paired a configuration the test did not script: {label}"
             factors.append(s.factor[0] if isinstance(s.factor, list) else s.factor)
+            noise.append(s.window_noise)
         rng = random.Random(f"{spec.label}/{spec.replicate}")
         windows = []
         for arm in pair_schedule(spec.pair.blocks):
-            v = BASE_SPS * factors[arm] * (1 + rng.uniform(-0.005, 0.005))
+            v = BASE_SPS * factors[arm] * (1 + rng.uniform(-noise[arm], noise[arm]))
             windows.append(WindowStats(steps=10, total_ms=10 * 1000 * spec.knobs["batch_size"] / v,
                                        median_step_ms=1000 * spec.knobs["batch_size"] / v, samples_per_s=v, arm=arm))
         result = TrialResult(status="ok", trial_id=spec.trial_id, workload=spec.workload, device=spec.device,

@@ -17,9 +17,11 @@ from scripted_sweeps import Script, make_sweep
 from perftune.burst.meter import Meter, pair_schedule
 from perftune.engine.paired import ARM_EFFECT_SD, PairedRun, decide_paired, pairable_change, paired_run
 from perftune.engine.plan_load import parse_plan
+from perftune.engine.sequential import futile
 from perftune.engine.specs import make_spec, paired_spec
 from perftune.engine.stats import Policy
 from perftune.io.records import TrialResult, WindowStats
+from perftune.io.sweep_records import SweepResult
 from perftune.knobs import effective
 from perftune.runner import run_trial
 
@@ -67,6 +69,68 @@ def test_paired_decisions_on_simulated_blocks():
     one = decide_paired(simulated(0.0, 1, random.Random(1), arm=0.0, block_sd=1e-4, tau=1e-4), policy, looks=1)
     assert one.resolution > 2 * ARM_EFFECT_SD
     assert both.design == "paired" and both.blocks == 2 and both.paired_blocks == 12
+
+
+#: paired processes recorded by a quickstart sweep (``perftune sweep experiments/quickstart.yaml``, commit 14a8dab,
+#: idle 2-core machine): each block's log ratio, and whether the process ran the candidate as arm 0
+MINDRECORD_VS_PYNATIVE = [  # ended undecided after three: x1.01 [0.95, 1.08], "about 13 runs would"
+    (False, (-0.0892, 0.0106, 0.0252, 0.2288, 0.1511, -0.1185)),
+    (True, (0.12, -0.0684, -0.1296, -0.029, -0.0602, 0.0101)),
+    (False, (0.1149, 0.076, -0.0605, 0.1812, 0.0773, 0.0562))]
+MINDRECORD_VS_GRAPH = [  # ended undecided after three: x1.02 slower [1.00, 1.04], "about 2 runs would"
+    (False, (-0.023, -0.013, -0.029, 0.0119, -0.0206, -0.0074)),
+    (True, (-0.0176, -0.0122, -0.0145, -0.0273, -0.0399, -0.0061)),
+    (False, (-0.0512, -0.0066, -0.0183, -0.0079, -0.0031, -0.0044))]
+
+
+def recorded(processes) -> list[PairedRun]:
+    return [PairedRun("R", "C", d, swapped=swapped) for swapped, d in processes]
+
+
+def test_a_paired_comparison_its_budget_cannot_decide_stops_early():
+    policy = Policy()  # max_runs 4: the first fresh process and three paired ones
+    hopeless = decide_paired(recorded(MINDRECORD_VS_PYNATIVE[:2]), policy)
+    assert hopeless.outcome == "open" and futile(hopeless, budget=3)
+    assert decide_paired(recorded(MINDRECORD_VS_PYNATIVE), policy).outcome == "open"  # the third did not decide it
+    close = decide_paired(recorded(MINDRECORD_VS_GRAPH[:2]), policy)
+    assert close.outcome == "open" and not futile(close, budget=3)  # ±2% from 3%: the third process might
+    assert not futile(hopeless, budget=2) and not futile(decide_paired(recorded(MINDRECORD_VS_PYNATIVE[:1]), policy), 3)
+    # simulated: futility gives up almost nothing the full budget would have decided, and saves where hopeless
+    rng = random.Random(7)
+    lost = stopped = 0
+    for effect, block_sd in [(-0.0488, 0.025)] * 300 + [(0.0, 0.10)] * 300:
+        runs = simulated(effect, 3, rng, block_sd=block_sd)
+        two = decide_paired(runs[:2], policy)
+        if two.outcome == "open" and futile(two, budget=3):
+            stopped += 1
+            lost += decide_paired(runs, policy).outcome != "open"
+    assert lost <= 0.01 * 600 and stopped >= 100, (lost, stopped)
+
+
+def test_the_prior_between_paired_processes_scales_with_the_block_noise(monkeypatch):
+    """PyNative-like paired A/A checks (two processes, block sd 4-17% from process to process, a 2.5% spread of the
+    paired ratio between processes, as measured on the quickstart's baseline): a flat 1% prior called about 1 in 9
+    faster or slower; a prior of 0.4 x the block sd keeps it near 1 in 20, and leaves a data-bound case (block sd
+    1.5-2.5%) at the 1% floor."""
+    import perftune.engine.paired as paired
+
+    share = paired.PROCESS_PRIOR_SHARE
+
+    def alarms(share: float) -> float:
+        monkeypatch.setattr(paired, "PROCESS_PRIOR_SHARE", share)
+        rng = random.Random(3)
+        called = 0
+        for _ in range(1000):
+            runs = []
+            for j in range(2):
+                sd, u = rng.uniform(0.04, 0.17), rng.gauss(0, 0.025)
+                runs.append(PairedRun("R", "C", tuple(u + rng.gauss(0, sd) for _ in range(6)), swapped=j == 1))
+            called += decide_paired(runs, Policy(), looks=1).outcome in ("faster", "slower")
+        return called / 1000
+
+    assert alarms(0.0) > 0.08 and alarms(share) <= 0.055
+    quiet = paired.paired_noise(simulated(0.0, 2, random.Random(1), block_sd=0.015, tau=0.0))
+    assert quiet.process_sd == pytest.approx(paired.PROCESS_PRIOR_SD)
 
 
 def window(sps: float, arm: int) -> WindowStats:
@@ -202,6 +266,18 @@ def test_a_scripted_sweep_decides_a_data_knob_by_paired_processes_and_resumes(tm
     again, runner2 = make_sweep(tmp_path, variables, scripts, baseline_runs=2, retry_on_stack=False)
     assert again.run().aa_paired == result.aa_paired
     assert runner2.calls == [] and calls > 0
+
+
+def test_a_scripted_data_knob_that_the_budget_cannot_decide_stops_after_both_arm_orders(tmp_path):
+    scripts = {"baseline": Script(), "+num_parallel_workers=2": Script(factor=1.0, window_noise=0.25)}
+    sweep, runner = make_sweep(tmp_path, {"num_parallel_workers": [2]}, scripts, retry_on_stack=False)
+    result = sweep.run()
+    pairs = [p for p in result.paired if p.candidate == "+num_parallel_workers=2"]
+    assert [p.swapped for p in pairs] == [False, True]  # both orders, then stopped: the budget had one more
+    t = next(t for t in result.trials if t.label == "+num_parallel_workers=2" and t.kind == "single")
+    assert t.verdict == "undecided" and t.vs_baseline.futile and t.vs_baseline.processes == 2
+    assert "undecided after 2 paired runs" in t.reason and "stopped early" in t.reason
+    assert SweepResult.model_validate_json((tmp_path / "out" / "results.json").read_text()) == result
 
 
 def test_paired_off_keeps_every_comparison_in_fresh_processes(tmp_path):

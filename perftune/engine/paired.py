@@ -35,8 +35,16 @@ from perftune.workloads import DATA_PARAMS
 #: machine, data-bound mlp, 0.5 s windows: 1.8-2.7%)
 BLOCK_PRIOR_SD = 0.03
 BLOCK_PRIOR_DF = 2
-#: prior sd of the paired ratio between processes of one arm order (``tau``), and its pseudo degrees of freedom
+#: prior sd of the paired ratio between processes of one arm order (``tau``), and its pseudo degrees of freedom:
+#: the larger of ``PROCESS_PRIOR_SD`` and ``PROCESS_PRIOR_SHARE`` x the block sd.  Measured: data-bound graph, block
+#: sd 3.1-3.5% and tau 1.5% (127 df, the power and loaded A/A sweeps of ``experiments/benchmarks/verdicts.py``); the
+#: quickstart's PyNative baseline, block sd about 10% and tau 0 to 2.8% from one half-hour to the next (40 A/A
+#: processes, ``experiments/benchmarks/paired_windows.py``).  With 1% alone, 7.2% of the 780 A/A checks made of
+#: pairs of those PyNative processes were called faster or slower (17.5% of the noisier half-hour's 120); with 0.4 x
+#: the block sd, 1.9% (5.0%), and the data-bound power sweeps' recorded processes, decided again, still find the
+#: real 5% change 7 of 10 or more
 PROCESS_PRIOR_SD = 0.01
+PROCESS_PRIOR_SHARE = 0.4
 PROCESS_PRIOR_DF = 4
 #: the arm effect: two pipelines of one configuration in one process differ by about this much (arm 1 slower,
 #: measured 0.7-3.1% over 12 A/A processes, whichever was built first and whichever arm the schedule starts with).
@@ -127,7 +135,7 @@ def orders(runs: Sequence[PairedRun]) -> list[list[PairedRun]]:
 
 def paired_noise(runs: Sequence[PairedRun]) -> PairedNoise:
     """Pooled within-process block variance and the between-process variance within an arm order, each shrunk to
-    its prior."""
+    its prior (the latter's scaled with the block sd: ``PROCESS_PRIOR_SHARE``)."""
     ss, df = 0.0, 0
     for r in runs:
         m = r.mean
@@ -143,7 +151,8 @@ def paired_noise(runs: Sequence[PairedRun]) -> PairedNoise:
             spread = math.fsum((m - centre) ** 2 for m in means)
             observed += max(0.0, spread - (len(means) - 1) * block_var / n)
             pdf += len(means) - 1
-    process_var = (PROCESS_PRIOR_DF * PROCESS_PRIOR_SD**2 + observed) / (PROCESS_PRIOR_DF + pdf)
+    prior_sd = max(PROCESS_PRIOR_SD, PROCESS_PRIOR_SHARE * math.sqrt(block_var))
+    process_var = (PROCESS_PRIOR_DF * prior_sd**2 + observed) / (PROCESS_PRIOR_DF + pdf)
     return PairedNoise(block_var, BLOCK_PRIOR_DF + df, process_var, PROCESS_PRIOR_DF + pdf, n)
 
 

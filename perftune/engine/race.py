@@ -4,7 +4,8 @@ Round 1 measures ``R C1 R C2 R ... Cn R``; every later round measures ``C R`` fo
 candidate process sits between two reference processes (``perftune.engine.sequential.blocks``).  A candidate leaves
 the race when its comparison is decided (faster, slower, equivalent), when ``settled`` says its timing no longer
 matters (a known no-op, an accuracy failure: those verdicts do not depend on speed), when one of its processes fails,
-after ``policy.max_runs`` processes, or when ``out_of_time`` (the sweep's wall-time budget) stops adding rounds.
+after ``policy.max_runs`` processes, when the rest of that budget is unlikely to decide it (``sequential.futile``:
+it ends ``undecided``, marked ``futile``), or when ``out_of_time`` (the sweep's wall-time budget) stops adding rounds.
 
 The race decides nothing about processes: ``measure(config)`` runs one (re-measuring a contended one is the
 caller's business, so a contended process never counts as a look) and returns its ``ProcessRun``, or None when it
@@ -36,11 +37,11 @@ never by the clock, so a resumed sweep plans exactly the same rounds and reuses 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Hashable, Optional, Sequence, Union
 
 from perftune.engine.paired import PairedRun, decide_paired
-from perftune.engine.sequential import decide
+from perftune.engine.sequential import decide, futile
 from perftune.engine.stats import Decision, Noise, Policy, ProcessRun
 
 
@@ -123,6 +124,24 @@ class Race:
     pairable: Callable[[Hashable, Hashable], bool] = _unpaired
     measure_pair: Optional[Callable[[Hashable, Hashable], Optional[PairedRun]]] = None
     pairs: list[PairedRun] = field(default_factory=list)  # the sweep's paired processes, shared with the caller
+    stopped: set = field(default_factory=set)  # candidates stopped as futile
+
+    def go_on(self, candidate: Hashable, d: Optional[Decision]) -> bool:
+        """Whether an open comparison gets another process: budget left, and not ``futile`` (then ``stopped``)."""
+        left = self.policy.max_runs - self.processes[candidate]
+        if left <= 0:
+            return False
+        if d is not None and futile(d, d.blocks + left):
+            self.stopped.add(candidate)
+            return False
+        return True
+
+    def final(self, candidates: Sequence[Hashable], reference: Hashable) -> dict[Hashable, Optional[Decision]]:
+        """Each candidate's decision with the race's last noise; a futile stop marked on the ones still open."""
+        noise = self.noise()
+        out = {c: self.decide(c, reference, noise) for c in candidates}
+        return {c: replace(d, futile=True) if d is not None and c in self.stopped and d.outcome == "open" else d
+                for c, d in out.items()}
 
     def _run(self, config: Hashable) -> bool:
         run = self.measure(config)
@@ -191,9 +210,8 @@ class Race:
             pending = [c for c, d in decisions.items()
                        if d is not None and not self.settled(c)
                        and (self.one_order(c, reference)  # the other arm order first, whatever the budget
-                            or (d.outcome == "open" and self.processes[c] < self.policy.max_runs))]
-        noise = self.noise()
-        return {c: self.decide(c, reference, noise) for c in candidates}
+                            or (d.outcome == "open" and self.go_on(c, d)))]
+        return self.final(candidates, reference)
 
     def _ends_with(self, node: Optional[str], reference: Hashable) -> bool:
         """Whether ``node``'s last usable process was the reference."""
@@ -230,7 +248,6 @@ class Race:
             decisions = {c: self.decide(c, reference, noise) for c in pending if c not in stopped}
             # no decision yet (its processes were not usable, or had no reference beside them): measured again
             pending = [c for c, d in decisions.items()
-                       if (d is None or d.outcome == "open") and self.processes[c] < self.policy.max_runs
-                       and tried[c] < 2 * self.policy.max_runs and not self.settled(c)]
-        noise = self.noise()
-        return {c: self.decide(c, reference, noise) for c in candidates}
+                       if (d is None or d.outcome == "open") and tried[c] < 2 * self.policy.max_runs
+                       and not self.settled(c) and self.go_on(c, d)]
+        return self.final(candidates, reference)

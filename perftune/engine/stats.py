@@ -182,6 +182,7 @@ class Decision:
     paired_blocks: int = 0
     block_sd: Optional[float] = None  # paired: sd of one block's difference, within a process
     process_sd: Optional[float] = None  # paired: sd of the paired ratio between processes
+    futile: bool = False  # open, and stopped before its budget: the rest was unlikely to decide it (``sequential``)
 
     @property
     def resolution(self) -> float:

@@ -40,7 +40,7 @@ def record(d: Decision, reference: str, *, final: bool = True) -> ComparisonReco
                                                  per_block=1.0 if paired else 1.5)
                          if verdict == "undecided" else None,
                          design="paired" if paired else None, paired_blocks=d.paired_blocks if paired else None,
-                         block_sd=d.block_sd, process_sd=d.process_sd)
+                         block_sd=d.block_sd, process_sd=d.process_sd, futile=d.futile and verdict == "undecided")
     c.reason = comparison_text(c)
     return c
 

@@ -48,6 +48,8 @@ class ComparisonRecord(Record):
     paired_blocks: Optional[int] = None  # paired: the ABBA blocks of all its processes
     block_sd: Optional[float] = None  # paired: sd of one block's log ratio within a process
     process_sd: Optional[float] = None  # paired: sd of the log ratio between paired processes (with its prior)
+    #: undecided before ``decision.max_runs``: the rest of the budget was unlikely to decide it (a futility stop)
+    futile: bool = False
     reason: str = ""  # the decision in words (``perftune.report.reasons.comparison_text`` of the fields above)
 
 

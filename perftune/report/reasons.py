@@ -42,6 +42,10 @@ def comparison_text(c: ComparisonRecord) -> str:
     seen = abs(c.ratio - 1.0)
     margin = c.equivalence or 0.0
     target = seen if seen > margin else margin  # the change measured, or the margin for "equivalent"
+    if c.futile:
+        return (f"{text}, stopped early: the rest of decision.max_runs was unlikely to decide it (noise "
+                f"{c.noise_sd:.1%} cannot resolve {target:.1%}; ±{c.resolution:.1%} reached; about {c.runs_needed} "
+                "runs would)")
     return (f"{text}: noise {c.noise_sd:.1%} cannot resolve {target:.1%} (±{c.resolution:.1%} reached; about "
             f"{c.runs_needed} runs would: decision.max_runs)")
 
