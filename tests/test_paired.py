@@ -19,7 +19,7 @@ from perftune.engine.paired import ARM_EFFECT_SD, PairedRun, decide_paired, pair
 from perftune.engine.plan_load import parse_plan
 from perftune.engine.sequential import futile
 from perftune.engine.specs import make_spec, paired_spec
-from perftune.engine.stats import Policy
+from perftune.engine.stats import Policy, ProcessRun
 from perftune.io.records import TrialResult, WindowStats
 from perftune.io.sweep_records import SweepResult
 from perftune.knobs import effective
@@ -105,6 +105,30 @@ def test_a_paired_comparison_its_budget_cannot_decide_stops_early():
             stopped += 1
             lost += decide_paired(runs, policy).outcome != "open"
     assert lost <= 0.01 * 600 and stopped >= 100, (lost, stopped)
+
+
+def test_a_decision_the_sweeps_multiplicity_rule_would_demote_gets_the_rest_of_its_budget():
+    """After two paired processes a real 5% change is `slower` at p 0.033: enough alone, not for Benjamini-Hochberg
+    over two comparisons (0.025 at the strictest).  Raced beside another candidate it gets its third process; alone,
+    it ends on the second."""
+    from perftune.engine.race import Race
+
+    def paired_runs(reference, candidate):
+        n = len([p for p in pairs if p.candidate == candidate])
+        a = 0.04 if candidate == "C" else 0.01
+        pattern = [a, -a, a, -a, a, -a]
+        return PairedRun(reference, candidate, tuple(-0.05 + (-x if n % 2 else x) for x in pattern),
+                         swapped=n % 2 == 1)
+
+    def fresh(config):
+        return ProcessRun(config, (100.0, 100.0, 100.0))
+
+    for candidates, expected in ((["C", "D"], 3), (["C"], 2)):
+        pairs: list[PairedRun] = []
+        race = Race(fresh, [], Policy(), pairable=lambda r, c: True, measure_pair=paired_runs, pairs=pairs)
+        decisions = race.run(candidates, "R")
+        assert len([p for p in pairs if p.candidate == "C"]) == expected, candidates
+        assert decisions["C"].outcome == "slower"
 
 
 def test_the_prior_between_paired_processes_scales_with_the_block_noise(monkeypatch):
