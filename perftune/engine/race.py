@@ -128,9 +128,13 @@ class Race:
     pairs: list[PairedRun] = field(default_factory=list)  # the sweep's paired processes, shared with the caller
     stopped: set = field(default_factory=set)  # candidates stopped as futile
 
+    def left(self, candidate: Hashable) -> int:
+        """The processes ``candidate`` may still get: ``max_runs`` less those it has (its first one included)."""
+        return self.policy.max_runs - self.processes[candidate]
+
     def go_on(self, candidate: Hashable, d: Optional[Decision]) -> bool:
         """Whether an open comparison gets another process: budget left, and not ``futile`` (then ``stopped``)."""
-        left = self.policy.max_runs - self.processes[candidate]
+        left = self.left(candidate)
         if left <= 0:
             return False
         if d is not None and futile(d, d.blocks + left):
@@ -146,7 +150,7 @@ class Race:
         does not add false alarms: Pocock's boundary covers every look up to ``max_runs``."""
         return (d is not None and family > 1 and d.outcome in ("faster", "slower")
                 and d.p_value > (1.0 - self.policy.confidence) / family
-                and self.processes[candidate] < self.policy.max_runs)
+                and self.left(candidate) > 0)
 
     def final(self, candidates: Sequence[Hashable], reference: Hashable) -> dict[Hashable, Optional[Decision]]:
         """Each candidate's decision with the race's last noise; a futile stop marked on the ones still open."""
