@@ -10,12 +10,17 @@ another, with ``--blocks`` ABBA blocks of windows at least ``--window-s`` long (
 - precision per timed second (the process mean's sd times sqrt(timed s)), to compare window lengths at equal cost;
 - A/A checks made from consecutive processes (2 and 4 per check, every other one taken as the swapped arm order,
   as the sweep alternates them) with ``perftune.engine.paired.decide_paired`` at the plan's decision settings:
-  how many are called faster or slower (false alarms), and their half-widths.
+  how many are called faster or slower (false alarms), and their half-widths;
+- how many paired processes an A/A check needs for a half-width of ``--target`` (5%): random subsets of k of the
+  measured processes (every other one taken as the swapped order), the median half-width and the false alarms for
+  each k, at the sweep's prior (``PROCESS_PRIOR_SHARE``) and with no share of the block sd in the prior at all (the
+  floor: what the blocks alone allow), and the process wall time that k costs.
 
 Run from the repository root (about 20 s per process on the quickstart, 2 idle cores):
 
     .venv/bin/python experiments/benchmarks/paired_windows.py --processes 16
     .venv/bin/python experiments/benchmarks/paired_windows.py --processes 8 --blocks 3 --window-s 1.0
+    .venv/bin/python experiments/benchmarks/paired_windows.py --rows DIR/rows.json   # summarise a kept --out again
 
 The load average is printed before and after each process; on a shared machine the figures move with it.
 """
@@ -26,6 +31,7 @@ import argparse
 import json
 import math
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -34,6 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from perftune.engine import paired  # noqa: E402
 from perftune.engine.paired import PairedRun, decide_paired, paired_run  # noqa: E402
 from perftune.engine.plan_load import load_plan  # noqa: E402
 from perftune.engine.specs import make_spec, paired_spec  # noqa: E402
@@ -89,6 +96,38 @@ def summarise(rows: list[dict], policy: Policy) -> None:
                   f"{widths[0]:.1%}-{widths[-1]:.1%} (median {statistics.median(widths):.1%})")
 
 
+def processes_needed(rows: list[dict], policy: Policy, target: float, subsets: int = 400) -> None:
+    """The A/A check's half-width and false alarms for k processes, from random subsets of the measured ones."""
+    wall = statistics.median(r["wall_s"] for r in rows)
+    shares = (paired.PROCESS_PRIOR_SHARE, 0.0)
+    saved = paired.PROCESS_PRIOR_SHARE
+    print(f"\nA/A checks of k processes (median half-width, called faster or slower) from {subsets} random subsets; "
+          f"a process {wall:.1f} s wall (median)")
+    try:
+        for share in shares:
+            paired.PROCESS_PRIOR_SHARE = share
+            rng, found, line = random.Random(0), None, []
+            for k in range(2, min(8, len(rows)) + 1):
+                widths, alarms = [], 0
+                for _ in range(subsets):
+                    pick = rng.sample(range(len(rows)), k)
+                    runs = [PairedRun("A", "A'", tuple(-x if j % 2 else x for x in rows[i]["differences"]),
+                                      swapped=j % 2 == 1) for j, i in enumerate(pick)]
+                    d = decide_paired(runs, policy, looks=1)
+                    widths.append(d.resolution)
+                    alarms += d.outcome in ("faster", "slower")
+                med = statistics.median(widths)
+                line.append(f"k={k}: ±{med:.1%}, {alarms / subsets:.1%}")
+                if found is None and med <= target:
+                    found = k
+            need = (f"{found} processes ({found * wall:.0f} s)" if found is not None
+                    else f"more than {min(8, len(rows))}")
+            label = "the sweep's prior" if share else "no share of the block sd in the prior (the floor)"
+            print(f"  {label} (share {share}): " + "; ".join(line) + f"\n    -> ±{target:.0%} needs {need}")
+    finally:
+        paired.PROCESS_PRIOR_SHARE = saved
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--plan", type=Path, default=REPO / "experiments" / "quickstart.yaml")
@@ -96,22 +135,31 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, default=None, help="default: the plan's decision.paired_blocks")
     ap.add_argument("--window-s", type=float, default=None, help="default: the plan's decision.paired_window_s")
     ap.add_argument("--out", type=Path, default=None, help="keep the processes' folders here (default: a temp dir)")
+    ap.add_argument("--rows", type=Path, nargs="+", default=None,
+                    help="summarise the rows.json of earlier --out runs instead of measuring")
+    ap.add_argument("--target", type=float, default=0.05, help="the A/A half-width to size k for (0.05)")
     args = ap.parse_args()
     plan = load_plan(args.plan)
     d = plan.decision
     blocks = args.blocks or d.paired_blocks
     window_s = args.window_s or d.paired_window_s
-    print(f"{args.plan}: {args.processes} paired A/A processes, {blocks} blocks of windows >= {window_s} s and >= "
-          f"{plan.burst.steps} steps; load average {os.getloadavg()}", flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = args.out or Path(tmp)
-        rows = measure(args.plan, args.processes, blocks, window_s, out)
-        if args.out:
-            (out / "rows.json").write_text(json.dumps(rows))
+    if args.rows:
+        rows = [row for f in args.rows for row in json.loads(f.read_text())]
+        print(f"{len(rows)} recorded processes from {', '.join(map(str, args.rows))}")
+    else:
+        print(f"{args.plan}: {args.processes} paired A/A processes, {blocks} blocks of windows >= {window_s} s and "
+              f">= {plan.burst.steps} steps; load average {os.getloadavg()}", flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            out = args.out or Path(tmp)
+            rows = measure(args.plan, args.processes, blocks, window_s, out)
+            if args.out:
+                (out / "rows.json").write_text(json.dumps(rows))
     if len(rows) < 2:
         print("fewer than 2 processes finished: nothing to summarise")
         return 1
-    summarise(rows, Policy(confidence=d.confidence, equivalence=d.equivalence, max_runs=d.max_runs))
+    policy = Policy(confidence=d.confidence, equivalence=d.equivalence, max_runs=d.max_runs)
+    summarise(rows, policy)
+    processes_needed(rows, policy, args.target)
     print(f"load average at the end {os.getloadavg()}")
     return 0
 

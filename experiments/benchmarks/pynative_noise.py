@@ -3,7 +3,8 @@
 A bare 784-256-256-10 ``TrainOneStepCell`` (batch 32, fixed tensors) in PyNative, 0.5 s windows synchronised at
 their end, in a fresh process per setting and repeat, settings interleaved: the window sd of log throughput with
 nothing changed, the garbage collector off inside windows (collected between), ``set_cpu_affinity(True)``, one
-kernel thread, one dispatch thread.  A setting is worth applying only if it moves the sd beyond the spread between
+kernel thread, one dispatch thread, the three together (``all1``), and ops run synchronously
+(``pynative_synchronize``: no asynchronous dispatch pipeline).  A setting is worth applying only if it moves the sd beyond the spread between
 two processes of the same setting.
 
     .venv/bin/python experiments/benchmarks/pynative_noise.py [--seconds 12] [--repeats 2]
@@ -22,7 +23,7 @@ import time
 
 from harness import loadavg
 
-OPTIONS = ("none", "gc", "affinity", "threads1", "dispatch1")
+OPTIONS = ("none", "gc", "affinity", "threads1", "dispatch1", "all1", "sync")
 
 
 def child(opt: str, seconds: float) -> None:
@@ -32,12 +33,14 @@ def child(opt: str, seconds: float) -> None:
 
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_device("CPU")
-    if opt == "affinity":
+    if opt in ("affinity", "all1"):
         ms.runtime.set_cpu_affinity(True)
-    if opt == "threads1":
+    if opt in ("threads1", "all1"):
         ms.device_context.cpu.op_tuning.threads_num(1)
-    if opt == "dispatch1":
+    if opt in ("dispatch1", "all1"):
         ms.runtime.dispatch_threads_num(1)
+    if opt == "sync":  # every op run before the next is dispatched: no asynchronous pipeline threads racing
+        ms.set_context(pynative_synchronize=True)
     ms.set_seed(0)
     net = nn.SequentialCell(nn.Dense(784, 256), nn.ReLU(), nn.Dense(256, 256), nn.ReLU(), nn.Dense(256, 10))
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
