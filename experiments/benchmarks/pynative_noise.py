@@ -8,6 +8,13 @@ kernel thread, one dispatch thread, the three together (``all1``), and ops run s
 two processes of the same setting.
 
     .venv/bin/python experiments/benchmarks/pynative_noise.py [--seconds 12] [--repeats 2]
+    .venv/bin/python experiments/benchmarks/pynative_noise.py --between 8 --seconds 4
+
+``--between N``: the spread *between* processes instead (what fresh-process comparisons pay), with Python's hash
+seed random in every process (its default, and what perftune's bursts get) against fixed (``PYTHONHASHSEED=0``),
+N processes each, interleaved: the sd of the processes' mean log throughput.  pyperf samples the seed rather than
+fixing it (its ``doc/cli.rst``: with one process "we get the performance for one specific case, whereas many
+parameters are random"); fixing it is worth it only if the spread falls by more than the estimate's own error.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import argparse
 import gc
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -69,25 +77,50 @@ def child(opt: str, seconds: float) -> None:
                       "steps_per_s": math.exp(statistics.mean(logs))}))
 
 
+def run_child(opt: str, seconds: float, env: dict) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", opt, "--seconds", str(seconds)],
+                         capture_output=True, text=True, env={**env, "GLOG_v": "3"})
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if not line:
+        sys.exit(f"CANNOT MEASURE: the {opt} process printed no result: {out.stderr[-500:]}")
+    return json.loads(line[-1])
+
+
+def between(n: int, seconds: float) -> None:
+    """The sd of process means with the hash seed random (default) and fixed, ``n`` processes each, interleaved."""
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+    means: dict[str, list[float]] = {"random": [], "fixed": []}
+    for i in range(n):
+        for mode in means:
+            row = run_child("none", seconds, base if mode == "random" else {**base, "PYTHONHASHSEED": "0"})
+            means[mode].append(math.log(row["steps_per_s"]))
+            print(f"{mode} {i}: {row['steps_per_s']:.1f} steps/s, window sd {row['sd']:.1%}", flush=True)
+    print(f"== PyNative between-process sd of log throughput, {n} processes each (load after: {loadavg()}) ==")
+    for mode, logs in means.items():
+        sd = statistics.stdev(logs)
+        # the sd's own standard error, about sd / sqrt(2 (n - 1)): a difference smaller than that is not a finding
+        print(f"hash seed {mode}: sd {sd:.1%} (± {sd / math.sqrt(2 * (n - 1)):.1%}), "
+              f"mean {math.exp(statistics.fmean(logs)):.1f} steps/s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=12.0, help="timed seconds per process (12)")
     ap.add_argument("--repeats", type=int, default=2, help="processes per setting, interleaved (2)")
+    ap.add_argument("--between", type=int, default=0, help="processes per hash-seed setting (0: window noise)")
     ap.add_argument("--child", choices=OPTIONS, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(args.child, args.seconds)
         return
     print(f"load before: {loadavg()}", flush=True)
+    if args.between:
+        between(args.between, args.seconds)
+        return
     sds: dict[str, list[float]] = {o: [] for o in OPTIONS}
     for _ in range(args.repeats):
         for opt in OPTIONS:
-            out = subprocess.run([sys.executable, __file__, "--child", opt, "--seconds", str(args.seconds)],
-                                 capture_output=True, text=True, env={**__import__("os").environ, "GLOG_v": "3"})
-            line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-            if not line:
-                sys.exit(f"CANNOT MEASURE: the {opt} process printed no result: {out.stderr[-500:]}")
-            row = json.loads(line[-1])
+            row = run_child(opt, args.seconds, dict(os.environ))
             sds[opt].append(row["sd"])
             print(f"{opt}: window sd {row['sd']:.1%} over {row['windows']} windows, "
                   f"{row['steps_per_s']:.0f} steps/s", flush=True)
