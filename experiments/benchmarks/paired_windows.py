@@ -122,7 +122,7 @@ def processes_needed(rows: list[dict], policy: Policy, target: float, subsets: i
                     found = k
             need = (f"{found} processes ({found * wall:.0f} s)" if found is not None
                     else f"more than {min(8, len(rows))}")
-            label = "the sweep's prior" if share else "no share of the block sd in the prior (the floor)"
+            label = "the sweep's prior" if share else "no share of the block sd, the floor"
             print(f"  {label} (share {share}): " + "; ".join(line) + f"\n    -> ±{target:.0%} needs {need}")
     finally:
         paired.PROCESS_PRIOR_SHARE = saved

@@ -4,17 +4,18 @@ A bare 784-256-256-10 ``TrainOneStepCell`` (batch 32, fixed tensors) in PyNative
 their end, in a fresh process per setting and repeat, settings interleaved: the window sd of log throughput with
 nothing changed, the garbage collector off inside windows (collected between), ``set_cpu_affinity(True)``, one
 kernel thread, one dispatch thread, the three together (``all1``), and ops run synchronously
-(``pynative_synchronize``: no asynchronous dispatch pipeline).  A setting is worth applying only if it moves the sd beyond the spread between
-two processes of the same setting.
+(``pynative_synchronize``: no asynchronous dispatch pipeline).  A setting is worth applying only if it moves the sd
+beyond the spread between two processes of the same setting.
 
     .venv/bin/python experiments/benchmarks/pynative_noise.py [--seconds 12] [--repeats 2]
     .venv/bin/python experiments/benchmarks/pynative_noise.py --between 8 --seconds 4
 
 ``--between N``: the spread *between* processes instead (what fresh-process comparisons pay), with Python's hash
-seed random in every process (its default, and what perftune's bursts get) against fixed (``PYTHONHASHSEED=0``),
-N processes each, interleaved: the sd of the processes' mean log throughput.  pyperf samples the seed rather than
-fixing it (its ``doc/cli.rst``: with one process "we get the performance for one specific case, whereas many
-parameters are random"); fixing it is worth it only if the spread falls by more than the estimate's own error.
+seed random in every process (its default, and what perftune's bursts get unless the caller exported a seed)
+against fixed (``PYTHONHASHSEED=0``), N processes each, interleaved: the sd of the processes' mean log throughput.
+pyperf samples the seed rather than fixing it (its ``doc/cli.rst``: with one process "we get the performance for
+one specific case, whereas many parameters are random"); fixing it is worth it only if the spread falls by more
+than the estimate's own error, and then it still turns that spread into a bias per configuration.
 """
 
 from __future__ import annotations
