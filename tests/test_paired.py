@@ -131,17 +131,14 @@ def test_a_decision_the_sweeps_multiplicity_rule_would_demote_gets_the_rest_of_i
         assert decisions["C"].outcome == "slower"
 
 
-def test_the_prior_between_paired_processes_scales_with_the_block_noise(monkeypatch):
+def test_the_prior_between_paired_processes_scales_with_the_block_noise():
     """PyNative-like paired A/A checks (two processes, block sd 4-17% from process to process, a 2.5% spread of the
     paired ratio between processes, as measured on the quickstart's baseline): a flat 1% prior called about 1 in 9
     faster or slower; a prior of 0.4 x the block sd keeps it near 1 in 20, and leaves a data-bound case (block sd
     1.5-2.5%) at the 1% floor."""
     import perftune.engine.paired as paired
 
-    share = paired.PROCESS_PRIOR_SHARE
-
     def alarms(share: float) -> float:
-        monkeypatch.setattr(paired, "PROCESS_PRIOR_SHARE", share)
         rng = random.Random(3)
         called = 0
         for _ in range(1000):
@@ -149,10 +146,10 @@ def test_the_prior_between_paired_processes_scales_with_the_block_noise(monkeypa
             for j in range(2):
                 sd, u = rng.uniform(0.04, 0.17), rng.gauss(0, 0.025)
                 runs.append(PairedRun("R", "C", tuple(u + rng.gauss(0, sd) for _ in range(6)), swapped=j == 1))
-            called += decide_paired(runs, Policy(), looks=1).outcome in ("faster", "slower")
+            called += decide_paired(runs, Policy(), looks=1, prior_share=share).outcome in ("faster", "slower")
         return called / 1000
 
-    assert alarms(0.0) > 0.08 and alarms(share) <= 0.055
+    assert alarms(0.0) > 0.08 and alarms(paired.PROCESS_PRIOR_SHARE) <= 0.055
     quiet = paired.paired_noise(simulated(0.0, 2, random.Random(1), block_sd=0.015, tau=0.0))
     assert quiet.process_sd == pytest.approx(paired.PROCESS_PRIOR_SD)
 

@@ -40,8 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from perftune.engine import paired  # noqa: E402
-from perftune.engine.paired import PairedRun, decide_paired, paired_run  # noqa: E402
+from perftune.engine.paired import PROCESS_PRIOR_SHARE, PairedRun, decide_paired, paired_run  # noqa: E402
 from perftune.engine.plan_load import load_plan  # noqa: E402
 from perftune.engine.specs import make_spec, paired_spec  # noqa: E402
 from perftune.engine.stats import Policy  # noqa: E402
@@ -69,6 +68,12 @@ def measure(plan_path: Path, processes: int, blocks: int, window_s: float, out: 
     return rows
 
 
+def as_check(rows: list[dict]) -> list[PairedRun]:
+    """Processes as one A/A check: every other one taken as the swapped arm order, as the sweep alternates them."""
+    return [PairedRun("A", "A'", tuple(-x if j % 2 else x for x in row["differences"]), swapped=j % 2 == 1)
+            for j, row in enumerate(rows)]
+
+
 def summarise(rows: list[dict], policy: Policy) -> None:
     means = [statistics.fmean(r["differences"]) for r in rows]
     n = statistics.fmean(len(r["differences"]) for r in rows)
@@ -84,11 +89,8 @@ def summarise(rows: list[dict], policy: Policy) -> None:
           f"{predicted:.2%}; tau {tau:.2%}); per sqrt(timed s): {spread * math.sqrt(timed):.1%} "
           f"(blocks {predicted * math.sqrt(timed):.1%})")
     for k in (2, 4):
-        checks = []
-        for start in range(0, len(rows) - k + 1, k):
-            runs = [PairedRun("A", "A'", tuple(-x if j % 2 else x for x in rows[start + j]["differences"]),
-                              swapped=j % 2 == 1) for j in range(k)]
-            checks.append(decide_paired(runs, policy, looks=1))
+        checks = [decide_paired(as_check(rows[start:start + k]), policy, looks=1)
+                  for start in range(0, len(rows) - k + 1, k)]
         if checks:
             alarms = sum(d.outcome in ("faster", "slower") for d in checks)
             widths = sorted(d.resolution for d in checks)
@@ -99,33 +101,21 @@ def summarise(rows: list[dict], policy: Policy) -> None:
 def processes_needed(rows: list[dict], policy: Policy, target: float, subsets: int = 400) -> None:
     """The A/A check's half-width and false alarms for k processes, from random subsets of the measured ones."""
     wall = statistics.median(r["wall_s"] for r in rows)
-    shares = (paired.PROCESS_PRIOR_SHARE, 0.0)
-    saved = paired.PROCESS_PRIOR_SHARE
     print(f"\nA/A checks of k processes (median half-width, called faster or slower) from {subsets} random subsets; "
           f"a process {wall:.1f} s wall (median)")
-    try:
-        for share in shares:
-            paired.PROCESS_PRIOR_SHARE = share
-            rng, found, line = random.Random(0), None, []
-            for k in range(2, min(8, len(rows)) + 1):
-                widths, alarms = [], 0
-                for _ in range(subsets):
-                    pick = rng.sample(range(len(rows)), k)
-                    runs = [PairedRun("A", "A'", tuple(-x if j % 2 else x for x in rows[i]["differences"]),
-                                      swapped=j % 2 == 1) for j, i in enumerate(pick)]
-                    d = decide_paired(runs, policy, looks=1)
-                    widths.append(d.resolution)
-                    alarms += d.outcome in ("faster", "slower")
-                med = statistics.median(widths)
-                line.append(f"k={k}: ±{med:.1%}, {alarms / subsets:.1%}")
-                if found is None and med <= target:
-                    found = k
-            need = (f"{found} processes ({found * wall:.0f} s)" if found is not None
-                    else f"more than {min(8, len(rows))}")
-            label = "the sweep's prior" if share else "no share of the block sd, the floor"
-            print(f"  {label} (share {share}): " + "; ".join(line) + f"\n    -> ±{target:.0%} needs {need}")
-    finally:
-        paired.PROCESS_PRIOR_SHARE = saved
+    for share in (PROCESS_PRIOR_SHARE, 0.0):
+        rng, found, line = random.Random(0), None, []
+        for k in range(2, min(8, len(rows)) + 1):
+            checks = [decide_paired(as_check([rows[i] for i in rng.sample(range(len(rows)), k)]), policy, looks=1,
+                                    prior_share=share) for _ in range(subsets)]
+            med = statistics.median(d.resolution for d in checks)
+            alarms = sum(d.outcome in ("faster", "slower") for d in checks)
+            line.append(f"k={k}: ±{med:.1%}, {alarms / subsets:.1%}")
+            if found is None and med <= target:
+                found = k
+        need = f"{found} processes ({found * wall:.0f} s)" if found is not None else f"more than {min(8, len(rows))}"
+        label = "the sweep's prior" if share else "no share of the block sd, the floor"
+        print(f"  {label} (share {share}): " + "; ".join(line) + f"\n    -> ±{target:.0%} needs {need}")
 
 
 def main() -> int:

@@ -133,9 +133,10 @@ def orders(runs: Sequence[PairedRun]) -> list[list[PairedRun]]:
     return [g for g in ([r for r in runs if not r.swapped], [r for r in runs if r.swapped]) if g]
 
 
-def paired_noise(runs: Sequence[PairedRun]) -> PairedNoise:
+def paired_noise(runs: Sequence[PairedRun], prior_share: float = PROCESS_PRIOR_SHARE) -> PairedNoise:
     """Pooled within-process block variance and the between-process variance within an arm order, each shrunk to
-    its prior (the latter's scaled with the block sd: ``PROCESS_PRIOR_SHARE``)."""
+    its prior (the latter's scaled with the block sd: ``prior_share``, ``PROCESS_PRIOR_SHARE`` but where a
+    benchmark weighs another)."""
     ss, df = 0.0, 0
     for r in runs:
         m = r.mean
@@ -151,12 +152,13 @@ def paired_noise(runs: Sequence[PairedRun]) -> PairedNoise:
             spread = math.fsum((m - centre) ** 2 for m in means)
             observed += max(0.0, spread - (len(means) - 1) * block_var / n)
             pdf += len(means) - 1
-    prior_sd = max(PROCESS_PRIOR_SD, PROCESS_PRIOR_SHARE * math.sqrt(block_var))
+    prior_sd = max(PROCESS_PRIOR_SD, prior_share * math.sqrt(block_var))
     process_var = (PROCESS_PRIOR_DF * prior_sd**2 + observed) / (PROCESS_PRIOR_DF + pdf)
     return PairedNoise(block_var, BLOCK_PRIOR_DF + df, process_var, PROCESS_PRIOR_DF + pdf, n)
 
 
-def decide_paired(runs: Sequence[PairedRun], policy: Policy, looks: Optional[int] = None) -> Optional[Decision]:
+def decide_paired(runs: Sequence[PairedRun], policy: Policy, looks: Optional[int] = None,
+                  prior_share: float = PROCESS_PRIOR_SHARE) -> Optional[Decision]:
     """The comparison from ``runs`` (one candidate's paired processes against one reference); None without any.
 
     With both arm orders: the mean of the two orders' means (the arm effect cancels), variance
@@ -164,7 +166,7 @@ def decide_paired(runs: Sequence[PairedRun], policy: Policy, looks: Optional[int
     ``(tau^2 + sigma^2 / n) / P + ARM_EFFECT_SD^2`` (the uncancelled arm effect).  Welch-Satterthwaite df."""
     if not runs:
         return None
-    noise = paired_noise(runs)
+    noise = paired_noise(runs, prior_share)
     groups = orders(runs)
     unit = noise.block_var / noise.blocks_per_process + noise.process_var  # one process mean's variance
     if len(groups) == 2:
