@@ -156,13 +156,14 @@ class Scripted:
         return result, False
 
 
-def test_the_window_is_sized_until_the_loss_fell_clearly_and_says_so():
+def test_the_window_runs_to_the_budget_while_the_loss_keeps_falling_and_says_so():
     measure = Scripted()
     sized, cal = seed_runs.calibrate(plan(), measure, None, say=lambda line: None)
-    # 320 samples (batch x steps) fell too little, the x4 probe (1280) saw a 15% fall
-    assert [s.accuracy_samples for s in measure.specs[:2]] == [320, 1280]
-    assert cal.sized and sized.accuracy.samples == cal.samples and cal.samples % 64 == 0
-    assert 320 < cal.samples <= 1280 and "sized from the baseline" in cal.sizing
+    # 5 ms per step of 32 samples: the default 5 s budget buys 32000 samples; 0.8 ** (s / 1000) never flattens (log scale)
+    assert [s.accuracy_samples for s in measure.specs[:2]] == [320, 32000]
+    assert cal.sized and sized.accuracy.samples == cal.samples == 32000
+    reach = cal.reach
+    assert reach.budget_bound and not reach.flat and 0 < reach.fall < 1 and "window_budget_s" in cal.sizing
     probe = measure.specs[0]
     assert probe.burst.profile_steps == 0 and probe.burst.repeats == 1 and probe.burst.warmup_steps == 0
 
@@ -182,10 +183,11 @@ def test_a_failed_seed_run_is_recorded_and_the_rest_calibrate():
     assert cal.seeds == [1] and cal.failed and "scripted failure" in cal.failed[0]
 
 
-def test_a_budget_too_small_stops_growing_and_says_what_it_learnt():
+def test_a_budget_too_small_ends_the_window_at_the_budget():
     sized, cal = seed_runs.calibrate(plan(window_budget_s=0.1, seeds=1), Scripted(), None, say=lambda line: None)
     # 5 ms per step of 32 samples: 0.1 s buys 640 samples, where the loss fell only 13%
-    assert cal.samples == 640 and "window_budget_s" in cal.sizing and "fell only 13%" in cal.sizing
+    assert cal.samples == 640 and "window_budget_s" in cal.sizing and cal.reach.budget_bound
+    assert 0.1 < cal.reach.fall < 0.13  # a real fall: 1 - end / start, under 100%
 
 
 def test_step_unit_covers_every_batch_size_and_worker_count():
@@ -253,28 +255,25 @@ def test_a_scripts_own_seed_option_follows_the_seed_runs_and_its_metrics_are_jud
 
 def test_the_summary_says_how_the_gate_was_set_up_and_nothing_when_the_plan_fixed_it():
     from perftune.io.sweep_records import AccuracyCalibration, SweepResult
+    from perftune.report.accuracy_window import window_lines
 
     cal = AccuracyCalibration(samples=1280, sized=True, sizing="1280 samples, sized from the baseline", sizing_s=12.0,
                               seeds=[1, 2, 3], runs=SEEDS, seeds_s=30.0)
     result = SweepResult(plan=plan(), started_utc="2026-01-01T00:00:00+00:00", accuracy_calibration=cal)
-    assert seed_runs.summary_line(result) == [
+    assert window_lines(result) == [
         "window 1280 samples, sized from the baseline, probes 12 s; calibrated on 4 seeds of the baseline "
         "(seed runs 30 s)"]
     assert seed_runs.band(result) == SEEDS
     fixed = result.model_copy(update={"accuracy_calibration": AccuracyCalibration(samples=64)})
-    assert seed_runs.summary_line(fixed) == [] and seed_runs.band(fixed) == []
+    assert window_lines(fixed) == [] and seed_runs.band(fixed) == []
 
 
-def test_after_the_last_probe_the_window_is_the_last_one_probed():
-    slow = Scripted()
-    slow_curve = slow.__call__
-
-    def barely(spec):  # learns 1% per 1000 samples: never clearly within three probes
-        result, _ = slow_curve(spec)
-        points = [(s, 2.77 * (0.99 ** (s / 1000))) for s, _ in result.accuracy.loss_curve]
+def test_a_curve_that_flattens_ends_the_window_at_its_knee_within_the_budget():
+    def plateau(spec):  # 2.77 -> 0.5 with a time constant of 1000 samples: flat by about 7500
+        result, _ = Scripted()(spec)
+        points = [(s, 0.5 + 2.27 * math.exp(-s / 1000)) for s, _ in result.accuracy.loss_curve]
         return result.model_copy(update={"accuracy": result.accuracy.model_copy(update={"loss_curve": points})}), False
 
-    _, cal = seed_runs.calibrate(plan(seeds=1, window_budget_s=1000.0), barely, None, say=lambda line: None)
-    probed = [s.accuracy_samples for s in slow.specs]
-    assert probed == [320, 1280, 5120] and cal.samples == probed[-1]
-    assert "fell only 5%" in cal.sizing  # 0.99 ** 5.12 at the end, against the first steps
+    _, cal = seed_runs.calibrate(plan(seeds=1), plateau, None, say=lambda line: None)
+    assert cal.reach.flat and not cal.reach.budget_bound and 6000 <= cal.samples <= 9000
+    assert cal.reach.late_share <= 0.05 and 0.7 < cal.reach.fall < 0.85 and cal.reach.after_fall < 0.05

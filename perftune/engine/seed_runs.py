@@ -1,41 +1,41 @@
 """Before the sweep: the accuracy window's length, sized from the baseline, and the baseline's seed runs.
 
-A gate that cannot judge is a defect of the default: with the old default (one timed window of samples) the
-quickstart's baseline learnt -0.5% and nothing was judged.  When ``accuracy.samples`` is not given, a probe of the
-baseline trains from its initial weights and the window ends where its training loss has fallen clearly
-(``FALL_FACTOR`` times the tolerance), longer probes (x4) while none has and the ``window_budget_s`` allows.
-Then the baseline's accuracy window runs with ``accuracy.seeds - 1`` other seeds (initialisation and data order on
-the same data: ``TrialSpec.data_seed``): their spread calibrates the gate (``seed_band``).
+A gate that cannot judge is a defect of the default, and so is one that judges only the first steep part of the
+curve (issue 37).  When ``accuracy.samples`` is not given, a short probe of the baseline measures its speed, a probe
+as long as ``accuracy.window_budget_s`` allows gives its curve, and the window ends where the curve flattens
+(``perftune.engine.knee``) or at the budget's end.  Then the baseline's accuracy window runs with
+``accuracy.seeds - 1`` other seeds (initialisation and data order on the same data: ``TrialSpec.data_seed``): their
+spread calibrates the gate (``seed_band``).
 
 Probes and seed runs are accuracy-only bursts through the existing burst settings (no warm-up beyond the queue's
 drain, one timed step, no profiler), in their own trial folders, so a resumed sweep reuses them and makes the same
-choice.
-"""
+choice."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
 
+from perftune.engine import knee, seed_band
 from perftune.engine.plan_load import baseline_knobs
 from perftune.engine.specs import make_spec, trial_id
 from perftune.errors import UserError
 from perftune.io.files import RESULTS_NAME, read_sweep
+from perftune.io.accuracy_window import WindowReach
 from perftune.io.plan import MAX_SEED, BurstSettings, Plan
 from perftune.io.records import Accuracy, TrialResult, TrialSpec
 from perftune.io.sweep_records import AccuracyCalibration, SweepResult
 
-#: the window ends once the baseline's training loss fell by this many times the tolerance (relative)
+#: a knee counts once the baseline's training loss fell by this many times the tolerance (relative), so the gate
+#: can judge there
 FALL_FACTOR = 3.0
 MIN_FALL = 0.05
-#: a probe that has not reached it is followed by one this many times longer (within the budget)
+#: without a speed measurement, the long probe is this many times the short one
 GROWTH = 4
-MAX_PROBES = 3
-#: steps averaged at the start of the curve, and at least at its end (or a tenth of the steps)
-HEAD_STEPS = 3
 #: runs one accuracy-only trial (reusing a finished one): its result, and whether it was reused
 Measure = Callable[[TrialSpec], tuple[TrialResult, bool]]
 
@@ -47,9 +47,12 @@ def accuracy_only(plan: Plan, samples: int, seed: int) -> Plan:
                                    "accuracy": plan.accuracy.model_copy(update={"samples": samples})})
 
 
-def window_spec(plan: Plan, samples: int, seed: int, label: str, cache_dir: Optional[str]) -> TrialSpec:
-    """An accuracy-only baseline trial of ``samples`` with ``seed``; the data stays the plan's (``data_seed``)."""
-    spec = make_spec(accuracy_only(plan, samples, seed), {}, label, 0, Path(cache_dir) if cache_dir else None)
+def window_spec(plan: Plan, samples: int, seed: int, label: str, cache_dir: Optional[str],
+                changes: Optional[dict] = None) -> TrialSpec:
+    """An accuracy-only trial of the baseline (with ``changes``) of ``samples`` with ``seed``; the data stays the
+    plan's (``data_seed``)."""
+    spec = make_spec(accuracy_only(plan, samples, seed), changes or {}, label, 0,
+                     Path(cache_dir) if cache_dir else None)
     return spec.model_copy(update={"data_seed": plan.seed, "label": label,
                                    "trial_id": trial_id({"accuracy_window": spec.trial_id, "data_seed": plan.seed})})
 
@@ -67,66 +70,68 @@ def round_up(n: float, unit: int) -> int:
     return max(unit, int(math.ceil(n / unit)) * unit)
 
 
-def fall(losses: list[float]) -> Optional[float]:
-    """How much the training loss fell over ``losses`` (relative, head mean over tail mean - 1)."""
-    if len(losses) < 2 * HEAD_STEPS:
-        return None
-    tail = float(np.mean(losses[-max(HEAD_STEPS, len(losses) // 10):]))
-    return float(np.mean(losses[:HEAD_STEPS])) / tail - 1.0 if tail > 0 else None
-
-
-def clear_fall_at(curve: list[tuple[int, float]], target: float) -> Optional[int]:
-    """The first samples-seen at which the loss has fallen by ``target``, None if it never does."""
-    losses: list[float] = []
-    for samples, loss in curve:
-        if loss is None or not math.isfinite(loss):
-            return None
-        losses.append(loss)
-        f = fall(losses)
-        if f is not None and f >= target:
-            return int(samples)
-    return None
-
-
 def seconds_per_sample(result: TrialResult) -> Optional[float]:
     steps = [s for s in result.steps if s.phase == "accuracy"][1:]  # the first is the compile
     samples = steps[-1].samples_seen - steps[0].samples_seen if len(steps) > 1 else 0
     return sum(s.step_ms for s in steps[1:]) / 1e3 / samples if samples > 0 else None
 
 
-def size_window(plan: Plan, measure: Measure, cache_dir: Optional[str]) -> tuple[int, str, float]:
-    """(samples, what was chosen and why, probe seconds) for a plan without ``accuracy.samples``."""
+@dataclass(frozen=True)
+class Sizing:
+    """The sized window: its length, a short account, the probes' seconds and what it reached on the curve."""
+
+    samples: int
+    sizing: str
+    spent: float
+    reach: Optional[WindowReach] = None
+
+
+def _probe(plan: Plan, measure: Measure, samples: int, cache_dir: Optional[str]) -> TrialResult:
+    return measure(window_spec(plan, samples, plan.seed, f"accuracy window probe ({samples} samples)", cache_dir))[0]
+
+
+def size_window(plan: Plan, measure: Measure, cache_dir: Optional[str]) -> Sizing:
+    """The window for a plan without ``accuracy.samples``: a short probe of the baseline measures its speed, a probe
+    as long as ``accuracy.window_budget_s`` allows gives the curve, and the window ends at its knee
+    (``perftune.engine.knee``) or at the budget's end."""
     unit = step_unit(plan)
-    samples = round_up(int(baseline_knobs(plan)["batch_size"]) * plan.burst.steps, unit)
+    first = round_up(int(baseline_knobs(plan)["batch_size"]) * plan.burst.steps, unit)
     target = max(FALL_FACTOR * plan.accuracy.rel_tolerance, MIN_FALL)
     budget = plan.accuracy.window_budget_s
-    spent = 0.0
-    for probe in range(MAX_PROBES):
-        result, _ = measure(window_spec(plan, samples, plan.seed, f"accuracy window probe ({samples} samples)",
-                                             cache_dir))
-        spent += result.wall_s or 0.0  # what measuring it cost, also when this run reused it
-        acc = result.accuracy
-        if result.status != "ok" or acc is None:
-            return samples, (f"{samples} samples: the probe of the baseline failed ({result.reason}); the baseline "
-                             "will say why"), spent
-        at = clear_fall_at(acc.loss_curve, target)
-        if at is not None:
-            chosen = round_up(at, unit)
-            losses = [v for s, v in acc.loss_curve if s <= chosen]
-            return chosen, (f"{chosen} samples, sized from the baseline: its training loss fell {fall(losses):.0%} "
-                            f"by then (at least {FALL_FACTOR:g} x the {plan.accuracy.rel_tolerance:.0%} tolerance)"
-                            ), spent
-        per_sample = seconds_per_sample(result)
-        longer = min(samples * GROWTH, (budget / per_sample) // unit * unit if per_sample else samples * GROWTH)
-        if longer <= samples or probe == MAX_PROBES - 1:
-            break
-        samples = int(longer)
-    learnt = fall([v for _, v in acc.loss_curve])
-    how = f"{learnt:.0%}" if learnt is not None else "too little to tell"
-    return samples, (f"{samples} samples: the longest window probed within accuracy.window_budget_s ({budget:g} s); "
-                     "the "
-                     f"baseline's training loss fell only {how} (less than {FALL_FACTOR:g} x the tolerance): "
-                     "raise the budget or set accuracy.samples"), spent
+    result = _probe(plan, measure, first, cache_dir)
+    spent = result.wall_s or 0.0  # what measuring it cost, also when this run reused it
+    if result.status != "ok" or result.accuracy is None:
+        return Sizing(first, f"{first} samples: the probe of the baseline failed ({result.reason}); the baseline "
+                             "will say why", spent)
+    per_sample = seconds_per_sample(result)
+    budget_samples = int(budget / per_sample) // unit * unit if per_sample else first * GROWTH
+    curve, longest = result.accuracy.loss_curve, first
+    if budget_samples > first and knee.first_knee(curve, unit, target) is None:
+        longer = _probe(plan, measure, budget_samples, cache_dir)
+        spent += longer.wall_s or 0.0
+        if longer.status == "ok" and longer.accuracy is not None:
+            curve, longest = longer.accuracy.loss_curve, budget_samples
+    choice = knee.choose(curve, unit, max(budget_samples, first), target)
+    reach = WindowReach(samples=choice.samples, curve_samples=longest, fall=choice.knee.fall,
+                        late_share=choice.knee.late_share, flat=not choice.budget_bound, flat_share=knee.FLAT_SHARE,
+                        budget_bound=choice.budget_bound, after_fall=choice.after_fall,
+                        seconds_per_sample=per_sample)
+    how = "where its loss curve flattened" if not choice.budget_bound else \
+        f"the longest window accuracy.window_budget_s ({budget:g} s) allows; the curve had not flattened"
+    return Sizing(choice.samples, f"{choice.samples} samples, sized from the baseline: {how}", spent, reach)
+
+
+def seed_spread(runs: list[Accuracy], samples: int, checkpoints: int) -> list[tuple[int, float]]:
+    """The relative spread (sd / mean) of the training loss across ``runs`` at the window's checkpoints (the
+    baseline's probe curve cut at ``samples`` counts as a run): whether the seeds still disagree at its end."""
+    points = [seed_band.curve_points([(s, v) for s, v in a.loss_curve if s <= samples], samples, checkpoints)
+              for a in runs]
+    out = []
+    for name in (points[0] if points else {}):
+        vals = [p[name] for p in points if name in p]
+        if len(vals) >= 2 and np.mean(vals) > 0:
+            out.append((int(name[len(seed_band.CURVE):]), float(np.std(vals, ddof=1) / np.mean(vals))))
+    return out
 
 
 def calibrate(plan: Plan, measure: Measure, cache_dir: Optional[str], say: Callable[[str], None] = print
@@ -134,11 +139,13 @@ def calibrate(plan: Plan, measure: Measure, cache_dir: Optional[str], say: Calla
     """The plan with its accuracy window fixed, and the calibration: the window's sizing and the seed runs; ``say``
     states what was chosen (one line)."""
     if plan.accuracy.samples:
-        samples, sizing, spent = plan.accuracy.samples, "set by the plan (accuracy.samples)", 0.0
+        chosen = Sizing(plan.accuracy.samples, "set by the plan (accuracy.samples)", 0.0)
     else:
-        samples, sizing, spent = size_window(plan, measure, cache_dir)
+        chosen = size_window(plan, measure, cache_dir)
+    samples, sizing = chosen.samples, chosen.sizing
     sized = plan.model_copy(update={"accuracy": plan.accuracy.model_copy(update={"samples": samples})})
-    cal = AccuracyCalibration(samples=samples, sized=not plan.accuracy.samples, sizing=sizing, sizing_s=spent)
+    cal = AccuracyCalibration(samples=samples, sized=not plan.accuracy.samples, sizing=sizing,
+                              sizing_s=chosen.spent, reach=chosen.reach)
     for i in range(1, plan.accuracy.seeds):
         seed = (plan.seed + i) % (MAX_SEED + 1)
         result, reused = measure(window_spec(sized, samples, seed, f"baseline seed {seed}", cache_dir))
@@ -149,6 +156,8 @@ def calibrate(plan: Plan, measure: Measure, cache_dir: Optional[str], say: Calla
             cal.runs.append(result.accuracy)
         else:
             cal.failed.append(f"seed {seed}: {result.status}: {result.reason}")
+    if cal.reach is not None:
+        cal.reach.seed_spread = seed_spread(cal.runs, samples, plan.accuracy.checkpoints)
     if cal.sized or plan.accuracy.seeds > 1:  # a plan that fixes both has nothing to say
         say(f"  accuracy window: {sizing}; judged against {len(cal.runs) + 1} seed(s) of the baseline"
             + (" (uncalibrated: the fixed tolerance judges)" if not cal.runs else ""))
@@ -198,18 +207,6 @@ def _measured_before_calibration(results: Path) -> bool:
 def band(result: SweepResult) -> list[Accuracy]:
     """The baseline's seed runs of a sweep (empty before issue 26, or with ``accuracy.seeds: 1``)."""
     return list(result.accuracy_calibration.runs) if result.accuracy_calibration else []
-
-
-def summary_line(result: SweepResult) -> list[str]:
-    """The sweep summary's line on how the gate was set up (none for a sweep before issue 26)."""
-    cal = result.accuracy_calibration
-    if cal is None or not (cal.sized or cal.runs or cal.failed):  # the plan fixed the window and asked one seed
-        return []
-    seeds = (f"calibrated on {len(cal.runs) + 1} seeds of the baseline (seed runs {cal.seeds_s:.0f} s)" if cal.runs
-             else "uncalibrated (one seed: the fixed tolerance judges)")
-    probes = f", probes {cal.sizing_s:.0f} s" if cal.sized else ""
-    failed = f"; failed seed runs: {'; '.join(cal.failed)}" if cal.failed else ""
-    return [f"window {cal.sizing}{probes}; {seeds}{failed}"]
 
 
 def progress_text(result: TrialResult) -> str:

@@ -35,7 +35,7 @@ from typing import Any, Hashable, Optional
 
 from perftune import knobs
 from perftune.engine import accuracy as accuracy_gate
-from perftune.engine import lm, noop, order, seed_runs, verdicts
+from perftune.engine import lm, noop, order, seed_runs, stack_check, verdicts
 from perftune.engine.blocked import process_run
 from perftune.engine.lanes import ParallelRunner, lanes_of
 from perftune.engine.processes import Processes, TrialRunner
@@ -171,6 +171,7 @@ class Sweep:
             if self.baseline(len(singles)):
                 self.stack(self.one_at_a_time(singles))
                 self.leave_one_out()
+                self.result.stack_check = stack_check.verify_sweep(self)  # the final stack at a longer window
             self.result.status = "complete"
         except KeyboardInterrupt:
             self.result.status = "interrupted"

@@ -50,10 +50,16 @@ class AccuracyGate(PlanRecord):
         default_factory=dict
     )
     #: samples every trial has seen when accuracy is measured; default: sized from the baseline before the sweep
-    #: (``perftune.engine.window``): until its training loss has fallen clearly, within ``window_budget_s``
+    #: (``perftune.engine.knee``): until its training-loss curve flattens, within ``window_budget_s``
     samples: Optional[int] = Field(None, ge=1, le=10**12)
-    #: wall-time budget of the sized accuracy window (one baseline process's window, compile excluded)
-    window_budget_s: float = Field(20.0, gt=0, le=3600)
+    #: wall-time budget of the sized accuracy window (one baseline process's window, compile excluded); every
+    #: process of the sweep trains this window, so it drives the sweep's cost
+    window_budget_s: float = Field(5.0, gt=0, le=3600)
+    #: after stacking, the final stack and the baseline's seeds train this many times the window
+    #: (``perftune.engine.stack_check``), to catch a harm that shows late; 0: no such check
+    verify_multiple: float = Field(4.0, ge=0, le=100)
+    #: wall-time budget of that check's training, all its runs together (estimated from the baseline's speed)
+    verify_budget_s: float = Field(40.0, gt=0, le=36000)
     #: accuracy windows of the baseline with different seeds (initialisation and data order; the plan's seed is
     #: the baseline's own run): their spread calibrates the gate (``perftune.engine.seed_band``); 1: uncalibrated
     seeds: int = Field(4, ge=1, le=50)

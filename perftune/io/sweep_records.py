@@ -6,6 +6,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field
 
+from perftune.io.accuracy_window import StackCheck, WindowReach
 from perftune.io.plan import Plan
 from perftune.io.records import RESULTS_SCHEMA_VERSION, Accuracy, Environment, Record, TrialResult
 
@@ -168,6 +169,7 @@ class AccuracyCalibration(Record):
     trial_ids: list[str] = Field(default_factory=list)
     failed: list[str] = Field(default_factory=list)  # seed runs that measured nothing, and why
     seeds_s: float = 0.0  # wall time of the seed runs (as measured, also when a resume reused them)
+    reach: Optional[WindowReach] = None  # what the window reached on the baseline's curve (issue 37)
 
 
 class SweepResult(Record):
@@ -199,4 +201,6 @@ class SweepResult(Record):
     environment: Optional[Environment] = None
     #: the accuracy window's length and the baseline's seed runs (a sweep before issue 26: None)
     accuracy_calibration: Optional[AccuracyCalibration] = None
+    #: the final stack and the baseline trained for a longer window after stacking (issue 37)
+    stack_check: Optional[StackCheck] = None
     nodes: Optional[NodeSummary] = None  # a sweep on a cluster (schema 3): which node ran what, the node effect

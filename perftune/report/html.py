@@ -23,6 +23,7 @@ from perftune.engine.seed_band import figure_band
 from perftune.engine.seed_runs import band
 from perftune.io.sweep_records import FAILED_VERDICTS, SweepResult, SweepTrial
 from perftune.report import figures, language
+from perftune.report.accuracy_window import stack_check_context
 from perftune.report.extra import extra_context
 from perftune.report.format import count_word, num, rate, speed_text, step_text, verdict_counts
 from perftune.report.load import SweepFolder
@@ -312,6 +313,7 @@ def build_context(folder: SweepFolder) -> dict:
         "ablation": table(ablation, metric), "singles": table(singles, metric), "loo": table(loo, metric),
         "figures": figs,
         "extra": extra_context(folder),
+        "stack_check": stack_check_context(res),
         "trials": trials,
         "any_splits": any(t["splits_text"] for t in trials),
         "top_ops": [x for x in (_top_ops(t, process_label(t, folder.trials)) for t in folder.trials

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from perftune.engine import lm
-from perftune.engine.seed_runs import summary_line
+from perftune.report.accuracy_window import limits_line, stack_check_lines, window_lines
 from perftune.io.files import RESULTS_NAME
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult
@@ -143,7 +143,8 @@ def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) 
     elif result.best_label:
         lines.append(f"best: {result.best_label}")
     lines += _language_lines(result)
-    lines += [f"accuracy gate: {line}" for line in summary_line(result) + gate_cannot_judge(result)]
+    lines += [f"accuracy gate: {line}" for line in window_lines(result) + gate_cannot_judge(result)]
+    lines += stack_check_lines(result) + [f"accuracy window cannot see: {x}" for x in [limits_line(result)] if x]
     lines += node_lines(result)
     lines.append(f"tables: {out_dir / 'ablation.md'}, {out_dir / 'ablation.csv'}; results: {out_dir / RESULTS_NAME}")
     if report_path:

@@ -1,0 +1,120 @@
+"""Where the baseline's loss curve flattens: the accuracy window's end, within its budget (issue 37).
+
+A window that ends as soon as the loss has moved ("fallen by 3x the tolerance") judges in the steep first part of
+training, where the seeds disagree most and where a harm that caps what the model can reach (a precision floor, a
+learning rate that diverges later, a batch too large to keep improving) has not shown yet: float16 on a regression
+whose targets sit at 1000 passed at 192 samples and was 220 seed spreads worse at 3072.  So the window runs to the
+knee of the curve: the first end at which the window's last quarter improved the loss by at most ``FLAT_SHARE`` of
+its whole fall, on a log scale, and by at most ``LATE_FALL`` itself (a loss falling from 0.04 to 0.004 is still
+learning, however small that is beside its first fall).  A curve that has not flattened within the budget ends at the budget, and says so.
+
+Pure functions of a curve (samples seen, loss): tested on scripted curves.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+#: the knee: the window's last quarter made at most this share of the whole (log) fall ...
+FLAT_SHARE = 0.05
+#: ... and improved the loss by at most this much itself (relative): a loss still halving after a fall by a factor
+#: of 1000 is a tiny share of that fall, and still learning
+LATE_FALL = 0.02
+#: steps averaged for the curve's start
+HEAD_STEPS = 3
+#: ends tried per curve (on the step unit's grid), so a long curve costs no more than this many looks
+MAX_ENDS = 128
+#: steps a window needs before its flatness means anything (each eighth of it then has a couple of steps)
+MIN_STEPS = 16
+
+
+@dataclass(frozen=True)
+class Knee:
+    """One end of a window on a curve: how much the loss fell by then and how flat its last quarter was."""
+
+    samples: int
+    fall: Optional[float]  # 1 - end / start: 0.62 means the loss fell 62% (negative: it rose)
+    late_share: Optional[float]  # the last quarter's share of the whole log fall (None: no fall to share)
+    flat: bool
+
+
+def _points(curve: Sequence[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray]:
+    pts = [(int(s), float(v)) for s, v in curve if v is not None and math.isfinite(v)]
+    return np.asarray([s for s, _ in pts], dtype=float), np.asarray([v for _, v in pts], dtype=float)
+
+
+def _mean(xs: np.ndarray, ys: np.ndarray, lo: float, hi: float) -> Optional[float]:
+    sel = ys[(xs > lo) & (xs <= hi)]
+    return float(sel.mean()) if len(sel) else None
+
+
+def at(curve: Sequence[tuple[int, float]], end: int, target: float = 0.0, flat_share: float = FLAT_SHARE) -> Knee:
+    """The window ``(0, end]`` of ``curve``: its fall (first steps to its last eighth) and the share of the log fall
+    its last quarter made (the mean over its 5/8-6/8 eighth against its last eighth); flat when that share is at
+    most ``flat_share``, that quarter's own fall at most ``LATE_FALL``, and the loss fell at least ``target``."""
+    xs, ys = _points(curve)
+    inside = xs <= end
+    if inside.sum() < MIN_STEPS or end <= 0:
+        return Knee(end, None, None, False)
+    start = float(ys[inside][:HEAD_STEPS].mean())
+    last = _mean(xs, ys, end * 7 / 8, end)
+    before = _mean(xs, ys, end * 5 / 8, end * 6 / 8)
+    if last is None or before is None or start <= 0:
+        return Knee(end, None, None, False)
+    fall = 1.0 - last / start
+    positive = last > 0 and before > 0
+    scale = math.log if positive and ys[inside].min() > 0 else (lambda v: v)
+    total = scale(start) - scale(last)
+    if total <= 0:
+        return Knee(end, fall, None, False)
+    share = (scale(before) - scale(last)) / total
+    late = 1.0 - last / before if before > 0 else 0.0
+    return Knee(end, fall, share, share <= flat_share and late <= LATE_FALL and fall >= target)
+
+
+def first_knee(curve: Sequence[tuple[int, float]], unit: int, target: float = 0.0,
+               flat_share: float = FLAT_SHARE) -> Optional[Knee]:
+    """The first end on the ``unit`` grid at which the curve is flat (``at``), None if it never is."""
+    xs, _ = _points(curve)
+    if not len(xs):
+        return None
+    top = int(xs.max()) // unit * unit
+    step = max(unit, int(math.ceil(top / MAX_ENDS / unit)) * unit)
+    for end in range(step, top + 1, step):
+        knee = at(curve, end, target, flat_share)
+        if knee.flat:
+            return knee
+    return None
+
+
+@dataclass(frozen=True)
+class WindowChoice:
+    """The window chosen on a curve: its end, whether the knee was reached, and the loss's further fall after it."""
+
+    samples: int
+    knee: Knee
+    budget_bound: bool
+    after_fall: Optional[float]  # relative fall from the window's end to the curve's end (None: curve ends there)
+
+
+def choose(curve: Sequence[tuple[int, float]], unit: int, budget_samples: int, target: float = 0.0,
+           flat_share: float = FLAT_SHARE) -> WindowChoice:
+    """The window on the baseline's ``curve``: its knee, else the budget's end (``budget_samples``, on the unit
+    grid, no longer than the curve).  ``target``: the least fall a knee needs (the gate must be able to judge)."""
+    xs, ys = _points(curve)
+    longest = int(xs.max()) // unit * unit if len(xs) else unit
+    limit = max(unit, min(budget_samples // unit * unit, longest))
+    inside = [(s, v) for s, v in curve if s <= limit]
+    knee = first_knee(inside, unit, target, flat_share)
+    end = knee.samples if knee is not None else limit
+    chosen = knee if knee is not None else at(curve, limit, target, flat_share)
+    after = None
+    if longest > end and len(xs):
+        tail = _mean(xs, ys, longest * 7 / 8, longest)
+        here = _mean(xs, ys, end * 7 / 8, end)
+        after = 1.0 - tail / here if tail is not None and here else None
+    return WindowChoice(end, chosen, knee is None, after)
