@@ -50,6 +50,15 @@ def test_a_loss_still_falling_late_on_a_log_scale_runs_to_the_budget():
     assert knee.at(curve, 2048).late_share < knee.FLAT_SHARE  # and a share of the log fall alone by 2048
 
 
+def test_an_early_plateau_the_model_leaves_later_is_not_the_knee():
+    # a saddle: 2.77 -> 1.0 by 1000 samples, flat until 4000, then on to 0.3 (flat again by about 9000)
+    curve = [(s, 1.0 + 1.77 * math.exp(-s / 200) - (0.7 * (1 - math.exp(-(s - 4000) / 800)) if s > 4000 else 0.0))
+             for s in range(32, 20001, 32)]
+    assert knee.at(curve, 3200).flat  # flat there, taken alone
+    choice = knee.choose(curve, 32, 20000)
+    assert choice.samples > 8000 and not choice.budget_bound and choice.after_fall < knee.AFTER_FALL
+
+
 def test_a_flat_curve_that_never_fell_is_no_knee():
     curve = [(s, 2.77 + 0.01 * math.sin(s)) for s in range(32, 6401, 32)]
     choice = knee.choose(curve, 32, 6400, target=0.15)

@@ -28,8 +28,11 @@ LATE_FALL = 0.02
 HEAD_STEPS = 3
 #: ends tried per curve (on the step unit's grid), so a long curve costs no more than this many looks
 MAX_ENDS = 128
-#: steps a window needs before its flatness means anything (each eighth of it then has a couple of steps)
-MIN_STEPS = 16
+#: steps a window needs before its flatness means anything (each eighth of it then has 8 steps)
+MIN_STEPS = 64
+#: a flat stretch is a knee only if the loss falls at most this much more (relative) by the longest curve's end: a
+#: plateau early in training (a saddle the model leaves later) is not where the curve flattens
+AFTER_FALL = 0.10
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ def at(curve: Sequence[tuple[int, float]], end: int, target: float = 0.0, flat_s
     most ``flat_share``, that quarter's own fall at most ``LATE_FALL``, and the loss fell at least ``target``."""
     xs, ys = _points(curve)
     inside = xs <= end
-    if inside.sum() < MIN_STEPS or end <= 0:
+    if inside.sum() < 2 * HEAD_STEPS or end <= 0:
         return Knee(end, None, None, False)
     start = float(ys[inside][:HEAD_STEPS].mean())
     last = _mean(xs, ys, end * 7 / 8, end)
@@ -73,12 +76,24 @@ def at(curve: Sequence[tuple[int, float]], end: int, target: float = 0.0, flat_s
         return Knee(end, fall, None, False)
     share = (scale(before) - scale(last)) / total
     late = 1.0 - last / before if before > 0 else 0.0
-    return Knee(end, fall, share, share <= flat_share and late <= LATE_FALL and fall >= target)
+    enough = inside.sum() >= MIN_STEPS
+    return Knee(end, fall, share, enough and share <= flat_share and late <= LATE_FALL and fall >= target)
+
+
+def further_fall(curve: Sequence[tuple[int, float]], end: int) -> Optional[float]:
+    """How much more the loss fell (relative) from the window's last eighth to the curve's last eighth."""
+    xs, ys = _points(curve)
+    if not len(xs) or xs.max() <= end:
+        return None
+    longest = float(xs.max())
+    tail, here = _mean(xs, ys, longest * 7 / 8, longest), _mean(xs, ys, end * 7 / 8, end)
+    return 1.0 - tail / here if tail is not None and here else None
 
 
 def first_knee(curve: Sequence[tuple[int, float]], unit: int, target: float = 0.0,
                flat_share: float = FLAT_SHARE) -> Optional[Knee]:
-    """The first end on the ``unit`` grid at which the curve is flat (``at``), None if it never is."""
+    """The first end on the ``unit`` grid at which the curve is flat (``at``) and stays so: the loss falls at most
+    ``AFTER_FALL`` more by the curve's end.  None if there is none."""
     xs, _ = _points(curve)
     if not len(xs):
         return None
@@ -86,7 +101,7 @@ def first_knee(curve: Sequence[tuple[int, float]], unit: int, target: float = 0.
     step = max(unit, int(math.ceil(top / MAX_ENDS / unit)) * unit)
     for end in range(step, top + 1, step):
         knee = at(curve, end, target, flat_share)
-        if knee.flat:
+        if knee.flat and (further_fall(curve, end) or 0.0) <= AFTER_FALL:
             return knee
     return None
 
@@ -112,9 +127,4 @@ def choose(curve: Sequence[tuple[int, float]], unit: int, budget_samples: int, t
     knee = first_knee(inside, unit, target, flat_share)
     end = knee.samples if knee is not None else limit
     chosen = knee if knee is not None else at(curve, limit, target, flat_share)
-    after = None
-    if longest > end and len(xs):
-        tail = _mean(xs, ys, longest * 7 / 8, longest)
-        here = _mean(xs, ys, end * 7 / 8, end)
-        after = 1.0 - tail / here if tail is not None and here else None
-    return WindowChoice(end, chosen, knee is None, after)
+    return WindowChoice(end, chosen, knee is None, further_fall(curve, end))
