@@ -55,10 +55,17 @@ def _mean(xs: np.ndarray, ys: np.ndarray, lo: float, hi: float) -> Optional[floa
     return float(sel.mean()) if len(sel) else None
 
 
+def _se(xs: np.ndarray, ys: np.ndarray, lo: float, hi: float) -> float:
+    """The standard error of ``_mean`` over the same steps (the batch losses' own noise)."""
+    sel = ys[(xs > lo) & (xs <= hi)]
+    return float(sel.std(ddof=1) / math.sqrt(len(sel))) if len(sel) >= 2 else 0.0
+
+
 def at(curve: Sequence[tuple[int, float]], end: int, target: float = 0.0, flat_share: float = FLAT_SHARE) -> Knee:
     """The window ``(0, end]`` of ``curve``: its fall (first steps to its last eighth) and the share of the log fall
     its last quarter made (the mean over its 5/8-6/8 eighth against its last eighth); flat when that share is at
-    most ``flat_share``, that quarter's own fall at most ``LATE_FALL``, and the loss fell at least ``target``."""
+    most ``flat_share`` and that quarter's own fall at most ``LATE_FALL`` (each beyond the batch losses' noise: two
+    standard errors of the difference), and the loss fell at least ``target``."""
     xs, ys = _points(curve)
     inside = xs <= end
     if inside.sum() < 2 * HEAD_STEPS or end <= 0:
@@ -75,9 +82,12 @@ def at(curve: Sequence[tuple[int, float]], end: int, target: float = 0.0, flat_s
     if total <= 0:
         return Knee(end, fall, None, False)
     share = (scale(before) - scale(last)) / total
-    late = 1.0 - last / before if before > 0 else 0.0
-    enough = inside.sum() >= MIN_STEPS
-    return Knee(end, fall, share, enough and share <= flat_share and late <= LATE_FALL and fall >= target)
+    # the batch losses' noise: a drop within two standard errors of the two means is not a fall
+    noise = 2.0 * math.hypot(_se(xs, ys, end * 5 / 8, end * 6 / 8), _se(xs, ys, end * 7 / 8, end))
+    drop = before - last
+    noise_share = (noise / last if scale is math.log else noise) / total
+    flat = drop <= LATE_FALL * before + noise and share <= flat_share + noise_share
+    return Knee(end, fall, share, bool(inside.sum() >= MIN_STEPS and flat and fall >= target))
 
 
 def further_fall(curve: Sequence[tuple[int, float]], end: int) -> Optional[float]:
