@@ -226,3 +226,17 @@ def test_a_real_stack_check_on_a_float16_floor(tmp_path):
     assert {f.name for f in record.figures} >= {"val_loss", "train_loss@2048"}
     again = stack_check.verify(plan, {"amp_level": "O3"}, measure, str(tmp_path), None)
     assert again.trial_ids == record.trial_ids and again.status == record.status  # a resume reuses the runs
+
+
+def test_the_stack_check_reuses_the_long_probe_as_the_baselines_own_run():
+    from perftune.engine import seed_runs
+
+    measure = Scripted()
+    plan = parse_plan({"name": "t", "workload": "mlp", "baseline": {"batch_size": 32, "mode": "pynative"},
+                       "variables": {"mode": ["graph"]}, "burst": {"steps": 10},
+                       "accuracy": {"window_budget_s": 1.0, "verify_budget_s": 25.0}})
+    sized, cal = seed_runs.calibrate(plan, measure, None, say=lambda line: None)
+    probe = measure.specs[1]
+    record = stack_check.verify(sized, {"mode": "graph"}, measure, None, cal.reach.seconds_per_sample)
+    assert record.samples == probe.accuracy_samples == cal.reach.curve_samples > cal.samples
+    assert probe.trial_id in record.trial_ids  # the same spec: a sweep's runner reuses the finished probe

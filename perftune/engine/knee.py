@@ -101,13 +101,13 @@ def further_fall(curve: Sequence[tuple[int, float]], end: int) -> Optional[float
 
 
 def first_knee(curve: Sequence[tuple[int, float]], unit: int, target: float = 0.0,
-               flat_share: float = FLAT_SHARE) -> Optional[Knee]:
-    """The first end on the ``unit`` grid at which the curve is flat (``at``) and stays so: the loss falls at most
-    ``AFTER_FALL`` more by the curve's end.  None if there is none."""
+               flat_share: float = FLAT_SHARE, limit: Optional[int] = None) -> Optional[Knee]:
+    """The first end on the ``unit`` grid (up to ``limit``) at which the curve is flat (``at``) and stays so: the
+    loss falls at most ``AFTER_FALL`` more by the whole curve's end.  None if there is none."""
     xs, _ = _points(curve)
     if not len(xs):
         return None
-    top = int(xs.max()) // unit * unit
+    top = min(int(xs.max()), limit or int(xs.max())) // unit * unit
     step = max(unit, int(math.ceil(top / MAX_ENDS / unit)) * unit)
     for end in range(step, top + 1, step):
         knee = at(curve, end, target, flat_share)
@@ -129,12 +129,13 @@ class WindowChoice:
 def choose(curve: Sequence[tuple[int, float]], unit: int, budget_samples: int, target: float = 0.0,
            flat_share: float = FLAT_SHARE) -> WindowChoice:
     """The window on the baseline's ``curve``: its knee, else the budget's end (``budget_samples``, on the unit
-    grid, no longer than the curve).  ``target``: the least fall a knee needs (the gate must be able to judge)."""
+    grid, no longer than the curve); the curve may go on past the budget (the stack check's length), which tells
+    whether a flat stretch stays flat and how much the loss still fell after the window.  ``target``: the least fall
+    a knee needs (the gate must be able to judge)."""
     xs, ys = _points(curve)
     longest = int(xs.max()) // unit * unit if len(xs) else unit
     limit = max(unit, min(budget_samples // unit * unit, longest))
-    inside = [(s, v) for s, v in curve if s <= limit]
-    knee = first_knee(inside, unit, target, flat_share)
+    knee = first_knee(curve, unit, target, flat_share, limit)
     end = knee.samples if knee is not None else limit
     chosen = knee if knee is not None else at(curve, limit, target, flat_share)
     return WindowChoice(end, chosen, knee is None, further_fall(curve, end))

@@ -26,7 +26,7 @@ from perftune.engine.specs import make_spec, trial_id
 from perftune.errors import UserError
 from perftune.io.files import RESULTS_NAME, read_sweep
 from perftune.io.accuracy_window import WindowReach
-from perftune.io.plan import MAX_SEED, BurstSettings, Plan
+from perftune.io.plan import MAX_SEED, AccuracyGate, BurstSettings, Plan
 from perftune.io.records import Accuracy, TrialResult, TrialSpec
 from perftune.io.sweep_records import AccuracyCalibration, SweepResult
 
@@ -76,6 +76,19 @@ def seconds_per_sample(result: TrialResult) -> Optional[float]:
     return sum(s.step_ms for s in steps[1:]) / 1e3 / samples if samples > 0 else None
 
 
+def check_length(window: int, unit: int, per_sample: Optional[float], gate: AccuracyGate, runs: int
+                 ) -> tuple[int, bool]:
+    """(samples of the stack check, whether its budget shortened it): ``verify_multiple`` x ``window`` on the unit
+    grid, cut to what ``verify_budget_s`` allows ``runs`` runs at ``per_sample`` seconds; 0 when that is no longer
+    than the window itself (``perftune.engine.stack_check``)."""
+    want = round_up(gate.verify_multiple * window, unit) if gate.verify_multiple > 0 else 0
+    if per_sample:
+        afford = int(gate.verify_budget_s / (runs * per_sample)) // unit * unit
+        if afford < want:
+            return (afford, True) if afford > window else (0, True)
+    return (want, False) if want > window else (0, False)
+
+
 @dataclass(frozen=True)
 class Sizing:
     """The sized window: its length, a short account, the probes' seconds and what it reached on the curve."""
@@ -106,11 +119,15 @@ def size_window(plan: Plan, measure: Measure, cache_dir: Optional[str]) -> Sizin
     per_sample = seconds_per_sample(result)
     budget_samples = int(budget / per_sample) // unit * unit if per_sample else first * GROWTH
     curve, longest = result.accuracy.loss_curve, first
-    if budget_samples > first:  # the short probe only measures the speed: a knee needs the longer curve
-        longer = _probe(plan, measure, budget_samples, cache_dir)
+    # the long probe runs as far as the stack check will (perftune.engine.stack_check.length) for a window ending
+    # at the budget: it shows whether a flat stretch stays flat, and is that check's own baseline run (reused)
+    gate = plan.accuracy
+    probe = max(check_length(budget_samples, unit, per_sample, gate, gate.seeds + 1)[0], budget_samples)
+    if probe > first:  # the short probe only measures the speed: a knee needs the longer curve
+        longer = _probe(plan, measure, probe, cache_dir)
         spent += longer.wall_s or 0.0
         if longer.status == "ok" and longer.accuracy is not None:
-            curve, longest = longer.accuracy.loss_curve, budget_samples
+            curve, longest = longer.accuracy.loss_curve, probe
     choice = knee.choose(curve, unit, max(budget_samples, first), target)
     reach = WindowReach(samples=choice.samples, curve_samples=longest, fall=choice.knee.fall,
                         late_share=choice.knee.late_share, flat=not choice.budget_bound, flat_share=knee.FLAT_SHARE,

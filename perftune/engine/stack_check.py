@@ -22,16 +22,7 @@ from perftune.io.plan import MAX_SEED, AccuracyGate, Plan
 from perftune.io.records import Accuracy
 
 
-def length(window: int, unit: int, per_sample: Optional[float], gate: AccuracyGate, runs: int) -> tuple[int, bool]:
-    """(samples of the check, whether the budget shortened it): ``verify_multiple`` x ``window`` on the unit grid,
-    cut to what ``verify_budget_s`` allows ``runs`` runs at ``per_sample`` seconds; 0 when that is no longer than
-    the window itself."""
-    want = seed_runs.round_up(gate.verify_multiple * window, unit) if gate.verify_multiple > 0 else 0
-    if per_sample:
-        afford = int(gate.verify_budget_s / (runs * per_sample)) // unit * unit
-        if afford < want:
-            return (afford, True) if afford > window else (0, True)
-    return (want, False) if want > window else (0, False)
+length = seed_runs.check_length
 
 
 def figure_checks(baseline_runs: Sequence[Accuracy], candidate: Accuracy, gate: AccuracyGate,
