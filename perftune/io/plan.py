@@ -59,7 +59,7 @@ class AccuracyGate(PlanRecord):
     #: (``perftune.engine.stack_check``), to catch a harm that shows late; 0: no such check
     verify_multiple: float = Field(4.0, ge=0, le=100)
     #: wall-time budget of that check's training, all its runs together (estimated from the baseline's speed)
-    verify_budget_s: float = Field(40.0, gt=0, le=36000)
+    verify_budget_s: float = Field(30.0, gt=0, le=36000)
     #: accuracy windows of the baseline with different seeds (initialisation and data order; the plan's seed is
     #: the baseline's own run): their spread calibrates the gate (``perftune.engine.seed_band``); 1: uncalibrated
     seeds: int = Field(4, ge=1, le=50)
