@@ -165,7 +165,7 @@ def test_the_window_runs_to_the_budget_while_the_loss_keeps_falling_and_says_so(
     assert cal.sized and sized.accuracy.samples == cal.samples == 32000
     reach = cal.reach
     assert reach.budget_bound and not reach.flat and 0 < reach.fall < 1 and "window_budget_s" in cal.sizing
-    assert reach.curve_samples == 38400 and reach.after_fall > 0.9  # it went on falling after the window
+    assert reach.curve_samples == 38400 and reach.after_fall > 0.5  # it went on falling after the window
     probe = measure.specs[0]
     assert probe.burst.profile_steps == 0 and probe.burst.repeats == 1 and probe.burst.warmup_steps == 0
 
