@@ -257,7 +257,7 @@ def test_a_scripts_own_seed_option_follows_the_seed_runs_and_its_metrics_are_jud
 
 def test_the_summary_says_how_the_gate_was_set_up_and_nothing_when_the_plan_fixed_it():
     from perftune.io.sweep_records import AccuracyCalibration, SweepResult
-    from perftune.report.accuracy_window import window_lines
+    from perftune.report.window_words import window_lines
 
     cal = AccuracyCalibration(samples=1280, sized=True, sizing="1280 samples, sized from the baseline", sizing_s=12.0,
                               seeds=[1, 2, 3], runs=SEEDS, seeds_s=30.0)

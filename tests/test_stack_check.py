@@ -178,7 +178,7 @@ def result_with(check: StackCheck) -> SweepResult:
 
 
 def test_the_summary_says_refused_with_the_suspect_and_what_the_window_cannot_see():
-    from perftune.report.accuracy_window import limits_line, stack_check_lines, stack_check_plot
+    from perftune.report.window_words import limits_line, stack_check_lines, stack_check_plot
 
     record = stack_check.verify(sized_plan(), {"amp_level": "O3"}, Scripted(), None, 1e-4)
     lines = stack_check_lines(result_with(record))

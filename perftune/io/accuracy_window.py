@@ -1,7 +1,7 @@
 """Records of the accuracy window's reach and of the final stack's check at length (issue 37), in ``results.json``.
 
 Decisions as data: the engine (``perftune.engine.knee``, ``perftune.engine.stack_check``) fills them, the report
-says them in words (``perftune.report.accuracy_window``).
+says them in words (``perftune.report.window_words``).
 """
 
 from __future__ import annotations

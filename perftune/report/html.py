@@ -23,7 +23,7 @@ from perftune.engine.seed_band import figure_band
 from perftune.engine.seed_runs import band
 from perftune.io.sweep_records import FAILED_VERDICTS, SweepResult, SweepTrial
 from perftune.report import figures, language
-from perftune.report.accuracy_window import stack_check_context
+from perftune.report.window_words import stack_check_context
 from perftune.report.extra import extra_context
 from perftune.report.format import count_word, num, rate, speed_text, step_text, verdict_counts
 from perftune.report.load import SweepFolder

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from perftune.engine import lm
-from perftune.report.accuracy_window import limits_line, stack_check_lines, window_lines
+from perftune.report.window_words import limits_line, stack_check_lines, window_lines
 from perftune.io.files import RESULTS_NAME
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult
