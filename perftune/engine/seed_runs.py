@@ -200,25 +200,29 @@ def calibrate_sweep(sweep) -> tuple[Plan, AccuracyCalibration]:
     """:func:`calibrate` for a ``perftune.engine.sweep.Sweep`` (its trial folders, runner and progress).
 
     A sweep folder from before the window was sized and calibrated resumes as it was measured (trial ids hash the
-    window): one timed window of samples, no seed runs."""
+    window): one timed window of samples, no seed runs; one sized before the knee (issue 37) with its window."""
     plan = sweep.plan
-    if _measured_before_calibration(sweep.out / RESULTS_NAME):
+    earlier = _earlier(sweep.out / RESULTS_NAME)
+    if earlier is not None and earlier.trials and earlier.accuracy_calibration is None:
         gate = plan.accuracy.model_copy(update={"seeds": 1, "samples": plan.accuracy.samples or int(
             baseline_knobs(plan)["batch_size"]) * plan.burst.steps})
+        plan = plan.model_copy(update={"accuracy": gate})
+    elif earlier is not None and earlier.trials and earlier.accuracy_calibration.sized \
+            and earlier.accuracy_calibration.reach is None and not plan.accuracy.samples:
+        gate = plan.accuracy.model_copy(update={"samples": earlier.accuracy_calibration.samples})
         plan = plan.model_copy(update={"accuracy": gate})
     procs = sweep.procs
     runs = Runs(procs.run_or_reuse, procs.progress.start, sweep.say)
     return calibrate(plan, runs, str(procs.cache_dir), sweep.say)
 
 
-def _measured_before_calibration(results: Path) -> bool:
+def _earlier(results: Path) -> Optional[SweepResult]:
     if not results.is_file():
-        return False
+        return None
     try:
-        earlier = read_sweep(results)
+        return read_sweep(results)
     except UserError:  # the sweep rewrites it; a trial it cannot reuse says so itself
-        return False
-    return bool(earlier.trials) and earlier.accuracy_calibration is None
+        return None
 
 
 def band(result: SweepResult) -> list[Accuracy]:

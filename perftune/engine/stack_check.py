@@ -113,6 +113,9 @@ def verify(plan: Plan, best: dict[str, Any], measure: seed_runs.Measure, cache_d
     if not best or gate.verify_multiple <= 0:
         record.skipped_why = "no_change"
         return record
+    if gate.seeds < 2:  # a plan that opted out of the seed band has nothing to judge the stack against at length
+        record.skipped_why = "uncalibrated"
+        return record
     if out_of_time:
         record.skipped_why = "out_of_time"
         return record

@@ -101,6 +101,7 @@ def stack_check_lines(result: SweepResult) -> list[str]:
     what = _label(check.best)
     if check.status == "skipped":
         why = {"no_change": "no change was kept (or accuracy.verify_multiple is 0), nothing to check",
+               "uncalibrated": "accuracy.seeds is 1: no seed band to judge the stack against at length",
                "budget": f"accuracy.verify_budget_s ({check.budget_s:g} s) allows no window longer than the sweep's "
                          f"({check.window} samples): raise it to check the stack at length",
                "out_of_time": "the sweep's decision.budget_s ran out before it",
