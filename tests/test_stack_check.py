@@ -240,3 +240,19 @@ def test_the_stack_check_reuses_the_long_probe_as_the_baselines_own_run():
     record = stack_check.verify(sized, {"mode": "graph"}, measure, None, cal.reach.seconds_per_sample)
     assert record.samples == probe.accuracy_samples == cal.reach.curve_samples > cal.samples
     assert probe.trial_id in record.trial_ids  # the same spec: a sweep's runner reuses the finished probe
+
+
+def test_one_seed_skips_the_check_and_the_report_section_renders_a_refusal():
+    import jinja2
+
+    from perftune.report.html import TEMPLATES
+    from perftune.report.window_words import stack_check_context
+
+    skipped = stack_check.verify(sized_plan(seeds=1), {"mode": "graph"}, Scripted(), None, 1e-4)
+    assert skipped.status == "skipped" and skipped.skipped_why == "uncalibrated" and not skipped.trial_ids
+    refused = stack_check.verify(sized_plan(), {"amp_level": "O3"}, Scripted(), None, 1e-4)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                             undefined=jinja2.StrictUndefined)
+    html = env.get_template("stack_check.html").render(stack_check=stack_check_context(result_with(refused)))
+    assert 'id="stack-check"' in html and "REFUSED at 4096 samples" in html and "data:image/png;base64," in html
+    assert "What a window of this length cannot see" in html
