@@ -34,8 +34,12 @@ from perftune.io.sweep_records import AccuracyCalibration, SweepResult
 #: can judge there
 FALL_FACTOR = 3.0
 MIN_FALL = 0.05
-#: without a speed measurement, the long probe is this many times the short one
+#: the long probe is at least this many times the short one; while the loss has not fallen clearly, probes grow by
+#: this factor (at most ``MAX_PROBES`` in all), within ``FALL_BUDGET`` x ``window_budget_s``
 GROWTH = 4
+MAX_PROBES = 3
+FALL_BUDGET = 4.0
+HEAD_STEPS = 3
 #: runs one accuracy-only trial (reusing a finished one): its result, and whether it was reused
 Measure = Callable[[TrialSpec], tuple[TrialResult, bool]]
 
@@ -68,6 +72,29 @@ def step_unit(plan: Plan) -> int:
 
 def round_up(n: float, unit: int) -> int:
     return max(unit, int(math.ceil(n / unit)) * unit)
+
+
+def fall_ratio(losses: list[float]) -> Optional[float]:
+    """How much the training loss fell over ``losses`` as the rule before issue 37 measured it (head mean over tail
+    mean - 1: a ratio, not a share of the loss; the summary states ``knee.at``'s 1 - end / start instead)."""
+    if len(losses) < 2 * HEAD_STEPS:
+        return None
+    tail = float(np.mean(losses[-max(HEAD_STEPS, len(losses) // 10):]))
+    return float(np.mean(losses[:HEAD_STEPS])) / tail - 1.0 if tail > 0 else None
+
+
+def clear_fall_at(curve: list[tuple[int, float]], target: float) -> Optional[int]:
+    """The first samples-seen at which the loss has fallen by ``target`` (``fall_ratio``), None if it never does:
+    the shortest window the gate can judge, whatever the budget (the rule before issue 37)."""
+    losses: list[float] = []
+    for samples, loss in curve:
+        if loss is None or not math.isfinite(loss):
+            return None
+        losses.append(loss)
+        f = fall_ratio(losses)
+        if f is not None and f >= target:
+            return int(samples)
+    return None
 
 
 def seconds_per_sample(result: TrialResult) -> Optional[float]:
@@ -105,37 +132,52 @@ def _probe(plan: Plan, measure: Measure, samples: int, cache_dir: Optional[str])
 
 def size_window(plan: Plan, measure: Measure, cache_dir: Optional[str]) -> Sizing:
     """The window for a plan without ``accuracy.samples``: a short probe of the baseline measures its speed, a probe
-    as long as ``accuracy.window_budget_s`` allows gives the curve, and the window ends at its knee
-    (``perftune.engine.knee``) or at the budget's end."""
+    as long as ``accuracy.window_budget_s`` allows (and on to the stack check's length) gives the curve, and the
+    window ends at its knee (``perftune.engine.knee``) or at the budget's end, but never before the loss has fallen
+    clearly (``FALL_FACTOR`` x the tolerance; longer probes while it has not, within ``FALL_BUDGET`` x the budget)."""
     unit = step_unit(plan)
     first = round_up(int(baseline_knobs(plan)["batch_size"]) * plan.burst.steps, unit)
     target = max(FALL_FACTOR * plan.accuracy.rel_tolerance, MIN_FALL)
-    budget = plan.accuracy.window_budget_s
+    gate = plan.accuracy
     result = _probe(plan, measure, first, cache_dir)
     spent = result.wall_s or 0.0  # what measuring it cost, also when this run reused it
     if result.status != "ok" or result.accuracy is None:
         return Sizing(first, f"{first} samples: the probe of the baseline failed ({result.reason}); the baseline "
                              "will say why", spent)
     per_sample = seconds_per_sample(result)
-    budget_samples = int(budget / per_sample) // unit * unit if per_sample else first * GROWTH
+    budget_samples = max(int(gate.window_budget_s / per_sample) // unit * unit if per_sample else 0, first)
+    # the long probe runs as far as the stack check will (perftune.engine.stack_check) for a window ending at the
+    # budget: it shows whether a flat stretch stays flat, and is that check's own baseline run (reused)
+    length = max(check_length(budget_samples, unit, per_sample, gate, gate.seeds + 1)[0], budget_samples,
+                 first * GROWTH)
+    cap = int(FALL_BUDGET * gate.window_budget_s / per_sample) // unit * unit if per_sample else length * GROWTH ** 2
     curve, longest = result.accuracy.loss_curve, first
-    # the long probe runs as far as the stack check will (perftune.engine.stack_check.length) for a window ending
-    # at the budget: it shows whether a flat stretch stays flat, and is that check's own baseline run (reused)
-    gate = plan.accuracy
-    probe = max(check_length(budget_samples, unit, per_sample, gate, gate.seeds + 1)[0], budget_samples)
-    if probe > first:  # the short probe only measures the speed: a knee needs the longer curve
-        longer = _probe(plan, measure, probe, cache_dir)
+    for _ in range(MAX_PROBES - 1):
+        longer = _probe(plan, measure, length, cache_dir)
         spent += longer.wall_s or 0.0
-        if longer.status == "ok" and longer.accuracy is not None:
-            curve, longest = longer.accuracy.loss_curve, probe
-    choice = knee.choose(curve, unit, max(budget_samples, first), target)
-    reach = WindowReach(samples=choice.samples, curve_samples=longest, fall=choice.knee.fall,
-                        late_share=choice.knee.late_share, flat=not choice.budget_bound, flat_share=knee.FLAT_SHARE,
-                        budget_bound=choice.budget_bound, after_fall=choice.after_fall,
+        if longer.status != "ok" or longer.accuracy is None:
+            break
+        curve, longest = longer.accuracy.loss_curve, length
+        length = min(length * GROWTH, max(cap, length))
+        if clear_fall_at(curve, target) is not None or length <= longest:
+            break
+    choice = knee.choose(curve, unit, budget_samples, target)
+    floor = clear_fall_at(curve, target)
+    samples = max(choice.samples, round_up(floor, unit) if floor is not None else 0)
+    extended = samples > choice.samples
+    end = knee.at(curve, samples, target) if extended else choice.knee
+    reach = WindowReach(samples=samples, curve_samples=longest, fall=end.fall, late_share=end.late_share,
+                        flat=end.flat, flat_share=knee.FLAT_SHARE, budget_bound=choice.budget_bound and not extended,
+                        clear_fall=extended, after_fall=knee.further_fall(curve, samples),
                         seconds_per_sample=per_sample)
-    how = "where its loss curve flattened" if not choice.budget_bound else \
-        f"the longest window accuracy.window_budget_s ({budget:g} s) allows; the curve had not flattened"
-    return Sizing(choice.samples, f"{choice.samples} samples, sized from the baseline: {how}", spent, reach)
+    how = ("where its loss curve flattened" if reach.flat and not extended else
+           f"where its loss had fallen {FALL_FACTOR:g} x the {gate.rel_tolerance:.0%} tolerance, past the budget"
+           if extended else
+           f"the longest window accuracy.window_budget_s ({gate.window_budget_s:g} s) allows; the curve had not "
+           "flattened")
+    if floor is None and not reach.flat:
+        how += f"; the loss never fell {FALL_FACTOR:g} x the tolerance in {longest} samples probed"
+    return Sizing(samples, f"{samples} samples, sized from the baseline: {how}", spent, reach)
 
 
 def seed_spread(runs: list[Accuracy], samples: int, checkpoints: int) -> list[tuple[int, float]]:

@@ -25,6 +25,8 @@ class WindowReach(Record):
     flat: bool = False  # the knee was reached (late_share at most ``flat_share``) within the budget
     flat_share: float = 0.0  # the rule's share
     budget_bound: bool = False  # the budget ended the window before the curve flattened
+    #: the window was extended past the budget to where the loss had fallen 3x the tolerance (the gate can judge)
+    clear_fall: bool = False
     #: the loss's further relative fall from the window's end to the longest probe's end (None: no longer probe)
     after_fall: Optional[float] = None
     seconds_per_sample: Optional[float] = None  # the baseline's training time per sample (the first probe)
