@@ -33,6 +33,9 @@ def reach_text(reach: WindowReach) -> str:
     if reach.fall is not None:
         parts.append(f"the baseline's training loss fell {reach.fall:.0%} from its first steps"
                      if reach.fall >= 0 else f"the baseline's training loss rose {-reach.fall:.0%}")
+    if reach.clear_fall:
+        parts.append("the window reaches past the budget, to where the loss had fallen 3x the tolerance (the shortest "
+                     "window the gate can judge)")
     if reach.late_share is not None:
         how = "flat" if reach.flat else "still falling"
         parts.append(f"its last quarter made {max(reach.late_share, 0.0):.0%} of that fall (log scale; {how}: the "
