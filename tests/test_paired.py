@@ -14,7 +14,8 @@ import pytest
 
 from conftest import TINY_MLP
 from scripted_sweeps import Script, make_sweep
-from perftune.burst.meter import Meter, pair_schedule
+from perftune.burst.arms import pair_schedule
+from perftune.burst.meter import Meter
 from perftune.engine.paired import ARM_EFFECT_SD, PairedRun, decide_paired, pairable_change, paired_run
 from perftune.engine.plan_load import parse_plan
 from perftune.engine.sequential import futile

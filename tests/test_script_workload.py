@@ -175,7 +175,7 @@ def test_meter_runs_the_burst_phases_in_order(tmp_path):
     while meter.phase != "timed":
         meter.begin()
         meter.end(1.0, 32)
-    assert meter.window_steps == 100 * BURST["steps"]  # 60 s of sub-millisecond steps: the 100x cap
+    assert meter.windows.steps == 100 * BURST["steps"]  # 60 s of sub-millisecond steps: the 100x cap
     assert any("calibrated to 500 steps" in n.text for n in meter.result.notes)
 
 

@@ -1,11 +1,12 @@
 """From step records to a trial's figures, for the one phase machine (``meter.Meter``) whichever route drives it:
-perftune's own step loop (``phases.Burst``), a script's ``Model.train`` or custom loop, ``perftune.Callback``."""
+perftune's own step loop (``own_workload.Burst``), a script's ``Model.train`` or custom loop, ``perftune.Callback``."""
 
 from __future__ import annotations
 
 import math
 import os
 import resource
+from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
@@ -14,7 +15,7 @@ import numpy as np
 from perftune.burst import contention
 from perftune.burst.failures import one_line
 from perftune.io.plan import BurstSettings
-from perftune.io.records import Accuracy, Note, ProfileSummary, StepRecord, TrialResult, WindowStats
+from perftune.io.records import Accuracy, Note, ProfileSummary, StepRecord, TrialResult, TrialSpec, WindowStats
 from perftune.io.derived import throughput
 
 LOSS_TAIL_STEPS = 5  # the training loss at N samples is the mean of this many last steps
@@ -161,3 +162,31 @@ def analyse_profile(result: TrialResult, summary: ProfileSummary, records: list[
         result.memory.allocator_peak_bytes = data.peak_allocated_bytes
     except Exception as exc:
         summary.error = one_line(exc)
+
+
+def process_notes(spec: TrialSpec, windows: int) -> list[Note]:
+    """What kind of process this is, for a person reading the trial."""
+    if spec.pair is not None:
+        return [Note(kind="info", text=(
+            f"paired process: {spec.pair.reference_label} (arm A) and {spec.pair.label} (arm B) fed one model "
+            f"from two pipelines, {windows} timed windows in ABBA/BAAB order; the throughput figures "
+            "are arm A's, the comparison is the sweep's"))]
+    if spec.replicate > 0:
+        return [Note(kind="info", text=(
+            f"repeat process {spec.replicate + 1} of this configuration: the profile comes from its first "
+            "process; the accuracy window ran too, so that every process is timed after the same history"))]
+    return []
+
+
+def finish_notes(batch_sizes: Counter, sink_steps: int) -> list[Note]:
+    """How the figures were made where the steps were unusual: batches of several sizes, dataset sinking."""
+    notes = []
+    if len(batch_sizes) > 1:
+        notes.append(Note(kind="info", text=(
+            f"the batches had {len(batch_sizes)} sizes ({', '.join(str(b) for b in sorted(batch_sizes))}); "
+            "throughput counts the samples taken")))
+    if sink_steps:
+        notes.append(Note(kind="info", knob="dataset_sink_mode", text=(
+            f"dataset_sink_mode: MindSpore reported {sink_steps} steps in sinks, one callback per sink; "
+            "each step's time is its sink's time over the sink's steps")))
+    return notes

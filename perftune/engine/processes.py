@@ -221,4 +221,8 @@ class Processes:
         what = lm.progress_text(r) if r.status == "ok" and r.samples_per_s else f"{trial.verdict}: {trial.reason}"
         run = f" (run {trial.replicate + 1})" if trial.replicate else ""
         extra = (f" ({trial.excluded})" if trial.excluded else "") + (" (reused)" if trial.reused else "") + (f" [on {r.node.host}]" if r.node is not None else "")
+        agreement = r.phase_agreement
+        if agreement is not None and not agreement.agree:  # used all the same, but never silently
+            extra += (f" (phases disagree: the {agreement.worst_phase} steps x{agreement.ratio:.2f} the timed "
+                      "ones; its figures are suspect)")
         self.say(f"  {trial.label}{run}: {what}{extra}")

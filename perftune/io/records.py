@@ -208,6 +208,19 @@ class Accuracy(Record):
     val_metrics_samples: Optional[int] = None
 
 
+class PhaseAgreement(Record):
+    """The median step of each phase that runs the same computation (accuracy, warm-up, timed, profiled; ms, first
+    steps left out) and whether they agree.  They should: a phase that differs from the timed steps by more than
+    ``limit`` (x1.3, or the timed steps' own p90/p10 spread where that is wider) was timed differently, e.g. an
+    asynchronous step timed from its dispatch, and the trial's figures are suspect."""
+
+    medians_ms: dict[str, float]
+    worst_phase: Optional[str] = None  # the phase furthest from the timed steps
+    ratio: float = 1.0  # that phase's median over the timed median, or the inverse: >= 1
+    limit: float
+    agree: bool
+
+
 class Environment(Record):
     perftune_version: str
     mindspore_version: str
@@ -296,7 +309,7 @@ class TrialResult(Record):
     parameter_count: Optional[int] = None
     samples_per_step: Optional[int] = None
     tokens_per_sample: Optional[int] = None
-    compile_ms: Optional[float] = None  # first step: graph compile + one step
+    compile_ms: Optional[float] = None  # first step: graph compile + one step, to its completion (read-back)
     warmup_steps: int = 0
     windows: list[WindowStats] = Field(default_factory=list)
     samples_per_s: Optional[float] = None  # all timed samples / summed window time: batch / mean step (throughput())
@@ -306,6 +319,7 @@ class TrialResult(Record):
     step_ms_p90: Optional[float] = None
     data_wait_ms_median: Optional[float] = None
     contended_windows: int = 0  # timed windows measured while other processes competed for the cores
+    phase_agreement: Optional[PhaseAgreement] = None  # the phases' step times checked against each other
     steps: list[StepRecord] = Field(default_factory=list)
     accuracy: Optional[Accuracy] = None
     memory: Memory = Field(default_factory=Memory)
