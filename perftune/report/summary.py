@@ -38,7 +38,8 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
         + (f", model {lm.model_gflop_per_s(r):.2f} GFLOP/s" if lm.model_gflop_per_s(r) else ""),
         f"  step time    mean {_num(r.step_ms_mean, '.2f')} ms (median {r.step_ms_median:.2f}, p10 {r.step_ms_p10:.2f}, "
         f"p90 {r.step_ms_p90:.2f}), waiting for data {r.data_wait_ms_median:.2f} ms (median)",
-        f"  compile      {_num(r.compile_ms, '.0f')} ms (first step)",
+        f"  compile      {_num(r.compile_ms, '.0f')} ms (first step, to its completion)",
+        *phase_lines(r),
         f"  machine      others used {_share(max((w.others_cpu_share for w in r.windows if w.others_cpu_share is not None), default=None))} "
         f"of the cores at most during a timed window; {r.contended_windows} of {len(r.windows)} windows contended",
         f"  memory       host RSS peak {mb(r.memory.host_rss_peak_bytes)}, allocator peak "
@@ -71,6 +72,27 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
         lines.append(f"  note         {note.text}")
     lines.append(f"  folder: {trial_dir}")
     return "\n".join(lines)
+
+
+def phase_lines(r: TrialResult) -> list[str]:
+    """The median step of each phase that ran the same computation: they should agree (``burst/agreement.py``)."""
+    a = r.phase_agreement
+    if a is None:
+        return []
+    medians = ", ".join(f"{name} {ms:.2f}" for name, ms in a.medians_ms.items())
+    verdict = (f"agree (within x{a.limit:.2f})" if a.agree
+               else f"DISAGREE: {a.worst_phase} x{a.ratio:.2f} the timed steps (allowed x{a.limit:.2f})")
+    return [f"  phases       median step (ms): {medians}; {verdict}"]
+
+
+def disagreeing_phases(result: SweepResult) -> list[str]:
+    """The processes whose phases disagree: their figures were used, so the summary says which."""
+    labels = sorted({f"{t.label} (run {t.replicate + 1})" for t in result.trials
+                     if t.result.phase_agreement is not None and not t.result.phase_agreement.agree})
+    if not labels:
+        return []
+    return [f"phases disagree in {len(labels)} process(es), whose figures are suspect (each trial's note says "
+            f"which phase): {', '.join(labels)}"]
 
 
 def validation_lines(r: TrialResult) -> list[str]:
@@ -145,6 +167,7 @@ def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) 
     lines += _language_lines(result)
     lines += [f"accuracy gate: {line}" for line in summary_line(result) + gate_cannot_judge(result)]
     lines += node_lines(result)
+    lines += disagreeing_phases(result)
     lines.append(f"tables: {out_dir / 'ablation.md'}, {out_dir / 'ablation.csv'}; results: {out_dir / RESULTS_NAME}")
     if report_path:
         lines.append(f"report: {report_path}")
