@@ -42,7 +42,7 @@ class SweepProgressDisplay:
     """The sweep's progress on stderr: a tqdm bar on a terminal; otherwise (CI logs, ``nohup``) each line as it
     happens (a process measured, a verdict), flushed, with the lines done of those expected, the time elapsed and an
     estimate of the time left (elapsed per line x lines left); or nothing.  The lines come worded by the sweep
-    (``perftune.report.reasons``, the one renderer of decisions), and are printed as they are."""
+    (``perftune.words.reasons``, the one renderer of decisions), and are printed as they are."""
 
     def __init__(self, enabled: bool = True):
         self.enabled = enabled

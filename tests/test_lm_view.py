@@ -249,7 +249,7 @@ def measured_trial(accuracy: Accuracy, tokens_per_sample: int | None) -> TrialRe
 
 
 def test_a_classifier_gets_no_perplexity_and_is_told_it_has_no_accuracy_metric(tmp_path):
-    from perftune.engine import lm
+    from perftune.words import lm
     from perftune.report.summary import trial_summary
 
     # the case: a classifier's validation loss of 323 made a 141-digit "perplexity"
@@ -266,7 +266,7 @@ def test_a_classifier_gets_no_perplexity_and_is_told_it_has_no_accuracy_metric(t
 
 
 def test_a_language_model_perplexity_is_a_number_until_it_overflows(tmp_path):
-    from perftune.engine import lm
+    from perftune.words import lm
     from perftune.report.summary import trial_summary
 
     model = measured_trial(acc(val_loss=3.1, perplexity=math.exp(3.1)), 16)

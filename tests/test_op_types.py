@@ -21,7 +21,7 @@ from perftune.profile.columns import OP_COLUMNS
 from perftune.profile.layouts import ProfileData, load_profile
 from perftune.profile.op_phase import OPTIMIZER_OP_TYPES, is_gradient_type, phase_rule
 from perftune.profile.splits import FAR_SCALE, compute_splits, phase_ranges
-from perftune.report.split_notes import split_notes, warning_text
+from perftune.words.split_notes import split_notes, warning_text
 
 HERE = Path(__file__).resolve().parent / "data" / "profiles" / "op_types"
 TABLE = json.loads((HERE / "table.json").read_text())

@@ -134,8 +134,8 @@ def test_upgrade_to_2_infers_kind_and_knob_from_a_string_note(text, kind, knob):
 def test_version_3_reasons_are_lifted_once_and_rendered_in_the_one_convention():
     """Results schema 4 stores reasons as data; a version-3 reason (``x0.574 [0.441, 0.731]`` in its prose) has its
     ratios lifted out by the upgrade, at the full precision of the comparison it was written from."""
-    from perftune.report.format import speed_text
-    from perftune.report.reasons import reason_text
+    from perftune.words.format import speed_text
+    from perftune.words.reasons import reason_text
 
     sample = REPO / "tests" / "data" / "results_v3"  # the quickstart sample as written before schema 4
     raw = json.loads((sample / "results.json").read_text())

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from conftest import REPO, run_sweep_cli
 from workloads_for_tests import model_job
 from perftune.cli import main
-from perftune.report.format import rate
+from perftune.words.format import rate
 from perftune.engine.plan_load import PlanError, load_plan
 from perftune.engine.specs import make_spec
 from perftune.io.records import TrialResult, TrialSpec

@@ -21,7 +21,7 @@ from perftune.engine.verdicts import record, verdict
 from perftune.io.plan import BurstSettings
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import ComparisonRecord, SweepTrial, Why
-from perftune.report.reasons import comparison_text, reason_text
+from perftune.words.reasons import comparison_text, reason_text
 
 
 class Machine:

@@ -22,7 +22,7 @@ import scipy.stats as sps
 from perftune.io.records import PHASES
 from perftune.profile.layouts import ProfileData, load_profile
 from perftune.profile.splits import compute_splits
-from perftune.report.split_notes import split_notes, warning_text
+from perftune.words.split_notes import split_notes, warning_text
 
 PROFILES = Path(__file__).resolve().parent / "data" / "profiles"
 REPEATS = [f"repeat_pynative_cell_run{i}" for i in (1, 2, 3)]

@@ -15,7 +15,7 @@ import pytest
 from perftune.engine.sweep import Sweep
 from perftune.io.records import Note
 from perftune.io.sweep_records import SweepResult
-from perftune.report.reasons import decision_line
+from perftune.words.reasons import decision_line
 from scripted_sweeps import Script, make_sweep
 
 

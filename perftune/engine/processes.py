@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Hashable, Optional
 
 from perftune import knobs
-from perftune.engine import lm
+from perftune.words import lm
 from perftune.engine.blocked import process_run
 from perftune.engine.paired import PairedRun, counterbalanced, pairable_change, paired_run
 from perftune.engine.progress import SweepProgress
@@ -32,7 +32,7 @@ from perftune.io.plan import Plan
 from perftune.io.records import TrialResult, TrialSpec
 from perftune.io.store import write_json_atomic
 from perftune.io.sweep_records import FAILED_VERDICTS, PairedProcess, SweepResult, SweepTrial
-from perftune.report.format import speed_text
+from perftune.words.format import speed_text
 
 #: runs one trial in ``trial_dir`` and returns its result (``perftune.runner.run_trial``; tests pass scripted ones)
 TrialRunner = Callable[[TrialSpec, Path], TrialResult]

@@ -35,7 +35,7 @@ from typing import Any, Hashable, Optional
 
 from perftune import knobs
 from perftune.engine import accuracy as accuracy_gate
-from perftune.engine import lm, noop, order, seed_runs, verdicts
+from perftune.engine import noop, order, seed_runs, verdicts
 from perftune.engine.blocked import process_run
 from perftune.engine.lanes import ParallelRunner, lanes_of
 from perftune.engine.processes import Processes, TrialRunner
@@ -47,7 +47,7 @@ from perftune.engine.stats import Noise, Policy, ProcessRun, benjamini_hochberg
 from perftune.io.outdir import clear_own
 from perftune.io.plan import Plan
 from perftune.io.sweep_records import FAILED_VERDICTS, ComparisonRecord, StackStep, SweepResult, SweepTrial, Why
-from perftune.report import reasons
+from perftune.words import lm, reasons
 
 FAILED = FAILED_VERDICTS
 label_of = knobs.label_of

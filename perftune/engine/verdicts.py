@@ -16,7 +16,7 @@ from typing import Optional
 from perftune.engine.accuracy import GateResult
 from perftune.engine.stats import Decision, below_min_gain, runs_needed
 from perftune.io.sweep_records import ComparisonRecord, Why
-from perftune.report.reasons import comparison_text
+from perftune.words.reasons import comparison_text
 
 #: verdicts that the accuracy gate overrides (a faster change that breaks accuracy is handled where it is kept)
 GATE_OVERRIDES = ("not significant", "slower", "no effect", "equivalent", "undecided")

@@ -86,7 +86,7 @@ class WindowStats(Record):
 
 
 class SplitWarning(Record):
-    """Something a reader of the splits must know, as data (``perftune.report.split_notes`` words it).
+    """Something a reader of the splits must know, as data (``perftune.words.split_notes`` words it).
 
     kind: ``launch_steps`` (the profile's launches split into ``figures["launch_steps"]`` steps, not the
     ``profiled_steps`` the burst ran), ``ops_overlap`` (op time exceeded the profiled steps' own compute: squeezed),

@@ -50,7 +50,7 @@ class ComparisonRecord(Record):
     process_sd: Optional[float] = None  # paired: sd of the log ratio between paired processes (with its prior)
     #: undecided before ``decision.max_runs``: the rest of the budget was unlikely to decide it (a futility stop)
     futile: bool = False
-    reason: str = ""  # the decision in words (``perftune.report.reasons.comparison_text`` of the fields above)
+    reason: str = ""  # the decision in words (``perftune.words.reasons.comparison_text`` of the fields above)
 
 
 class RatioPart(Record):
@@ -64,7 +64,7 @@ class RatioPart(Record):
 
 
 class Why(Record):
-    """A trial's verdict reason as data; ``perftune.report.reasons`` words it, the one renderer of every output.
+    """A trial's verdict reason as data; ``perftune.words.reasons`` words it, the one renderer of every output.
 
     The numbers (ratio, interval, processes, noise, contention) are the comparison's that decided (``comparison``
     names it); the rest is what outranked or qualified the timing."""
@@ -93,7 +93,7 @@ class SweepTrial(Record):
     changes: dict[str, Any] = Field(default_factory=dict)  # knobs that differ from the baseline
     replicate: int = 0
     verdict: Verdict
-    reason: str = ""  # ``why`` in words, as every output renders it (``perftune.report.reasons.reason_text``)
+    reason: str = ""  # ``why`` in words, as every output renders it (``perftune.words.reasons.reason_text``)
     why: Optional[Why] = None  # the reason as data (None: nothing decided, or a bare failure in ``reason``)
     vs_baseline: Optional[ComparisonRecord] = None
     vs_previous: Optional[ComparisonRecord] = None  # stacks: against the stack before it; LOO: final vs this

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perftune.engine import lm
+from perftune.words import lm
 from perftune.engine.seed_runs import summary_line
 from perftune.io.files import RESULTS_NAME
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult
-from perftune.report.format import count_word, mb, speed_text, time_ratio_text, validation_figures, verdict_counts
-from perftune.report.language import gate_cannot_judge
-from perftune.report.reasons import comparison_text, decision_line
-from perftune.report.split_notes import split_notes
-from perftune.report.format import num as format_num
+from perftune.words.format import count_word, mb, speed_text, time_ratio_text, validation_figures, verdict_counts
+from perftune.report.accuracy_notes import gate_cannot_judge
+from perftune.words.reasons import comparison_text, decision_line
+from perftune.words.split_notes import split_notes
+from perftune.words.format import num as format_num
 
 
 def _num(value, fmt: str = ".1f") -> str:
