@@ -153,6 +153,8 @@ def knobs_command() -> None:
         click.echo(f"  backends: {', '.join(backends)}")
         if knob.pairable:
             click.echo("  compared: pairable (one process, both pipelines, alternating windows; decision.paired)")
+        if knob.retry_when_slower:
+            click.echo("  stack:    retried on top of the stack even when slower alone (decision.retry_on_stack)")
         route = {"context": "set before the script, kept against its set_context", "dataset":
                  "mindspore.dataset.config", "model": "where the script builds Model / calls Model.train"}
         click.echo(f"  script:   {route.get(knob.script_route, 'only through workload.knob_args')}")

@@ -31,7 +31,7 @@ def stack_candidates(single_trials: list[SweepTrial], retry_on_stack: bool) -> l
 
     A change that did nothing against a compute-bound baseline can matter once the stack has moved the bottleneck
     (more data workers only help after graph mode made the step fast), so those (not significant, equivalent,
-    undecided) are tried on top of the stack too, and so is a data-pipeline change (``perftune knobs``: pairable)
+    undecided) are tried on top of the stack too, and so is a data-pipeline change (``Knob.retry_when_slower``)
     that was slower: against a compute-bound baseline its extra threads only take cores from the step (the
     quickstart's 2 workers, x1.12 slower in PyNative, decided by paired processes, x2.1 faster on top of graph mode).
     Other slower changes, accuracy-rejected, failed and no-effect ones are not retried.
@@ -40,7 +40,7 @@ def stack_candidates(single_trials: list[SweepTrial], retry_on_stack: bool) -> l
     best: dict[str, SweepTrial] = {}
     for t in single_trials:
         knob = next(iter(t.changes), None)
-        retried = retry_on_stack and t.verdict == "slower" and knob is not None and knobs.pairable(knob)
+        retried = retry_on_stack and t.verdict == "slower" and knob is not None and knobs.retry_when_slower(knob)
         if (t.verdict not in allowed and not retried) or t.vs_baseline is None:
             continue
         rank = (t.verdict == "kept", t.vs_baseline.ratio)

@@ -30,9 +30,10 @@ from scipy import stats as sps
 from scipy.special import stdtr
 
 from perftune.io.records import TrialResult
+from perftune.io.sweep_records import ComparisonVerdict, Design
 
-Outcome = Literal["faster", "slower", "equivalent", "open"]
-Verdict = Literal["faster", "slower", "not significant"]
+#: where a comparison's interval lies at one look (its verdict, once decided, is ``ComparisonVerdict``)
+IntervalOutcome = Literal["faster", "slower", "equivalent", "open"]
 
 #: Prior for the between-process standard deviation of log throughput (measured here with
 #: experiments/benchmarks/precision.py: 7.7% [5.3%, 14.1%] over 10 quiet tiny_gpt processes; 10-20% while other jobs
@@ -160,7 +161,7 @@ def below_min_gain(ratio: float, min_gain: float) -> bool:
 class Decision:
     """A comparison as it stands: the candidate/reference throughput ratio, its interval, and the outcome."""
 
-    outcome: Outcome
+    outcome: IntervalOutcome
     ratio: float  # candidate / reference throughput (> 1: faster)
     ci_low: float
     ci_high: float
@@ -178,7 +179,7 @@ class Decision:
     remeasured: int = 0  # contended processes of either side measured again instead of being used
     #: "processes" (each side in its own processes) or "paired" (both in one process, alternating windows:
     #: ``perftune.engine.paired``; ``blocks`` then counts paired processes and ``paired_blocks`` their ABBA blocks)
-    design: str = "processes"
+    design: Design = "processes"
     paired_blocks: int = 0
     block_sd: Optional[float] = None  # paired: sd of one block's difference, within a process
     process_sd: Optional[float] = None  # paired: sd of the paired ratio between processes
@@ -190,7 +191,7 @@ class Decision:
         return (math.log(self.ci_high) - math.log(self.ci_low)) / 2
 
     @property
-    def verdict(self) -> Verdict:
+    def verdict(self) -> ComparisonVerdict:
         """The answer of a comparison looked at once: faster or slower beyond ``min_gain``, else not significant."""
         if self.outcome in ("faster", "slower") and not below_min_gain(self.ratio, self.min_gain):
             return self.outcome  # type: ignore[return-value]
@@ -210,7 +211,7 @@ def estimate(diff: float, se: float, noise: Noise, policy: Policy, looks: int, c
     p_value = min(1.0, p_raw * (1.0 - policy.confidence) / alpha)
     margin = math.log1p(policy.equivalence)
     if low > 1.0:
-        outcome: Outcome = "faster"
+        outcome: IntervalOutcome = "faster"
     elif high < 1.0:
         outcome = "slower"
     elif policy.equivalence > 0 and math.log(low) >= -margin and math.log(high) <= margin:

@@ -38,6 +38,9 @@ class Record(BaseModel):
 
 
 NoteKind = Literal["no_effect", "warning", "info"]
+#: what a reader of a trial's phase splits must know (``SplitWarning``)
+SplitWarningKind = Literal["launch_steps", "ops_overlap", "profiled_slower", "profiled_faster", "op_scale_far",
+                           "ops_exceed_step"]
 
 
 class Note(Record):
@@ -96,7 +99,7 @@ class SplitWarning(Record):
     ``op_ms`` squeezed into ``budget_ms``).
     """
 
-    kind: str
+    kind: SplitWarningKind
     figures: dict[str, float] = Field(default_factory=dict)
 
 

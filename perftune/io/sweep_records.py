@@ -7,15 +7,22 @@ from typing import Any, Literal, Optional
 from pydantic import Field
 
 from perftune.io.plan import Plan
-from perftune.io.records import RESULTS_SCHEMA_VERSION, Accuracy, Environment, Record, TrialResult
+from perftune.io.records import RESULTS_SCHEMA_VERSION, Accuracy, Environment, Record, TrialResult, TrialStatus
 
 #: ``repeat``: a further process of a single or stack configuration, measured while its comparison was open
 TrialKind = Literal["baseline", "single", "stack", "leave_one_out", "repeat"]
-Verdict = Literal[
+#: a trial's verdict in the sweep (a comparison's is ``ComparisonVerdict``; the interval's state ``stats.IntervalOutcome``)
+TrialVerdict = Literal[
     "baseline", "kept", "not significant", "slower", "accuracy rejected", "failed", "timeout", "oom", "unsupported",
     "no effect", "dropped", "measured", "equivalent", "undecided",
 ]
 
+
+#: a comparison's verdict: beyond its interval (faster, slower), inside the equivalence margin, or neither when its
+#: processes were spent (not significant: one look; undecided: sequential looks left it open)
+ComparisonVerdict = Literal["faster", "slower", "not significant", "equivalent", "undecided"]
+#: how a comparison measured: each side in its own processes, or both in one process (``perftune.engine.paired``)
+Design = Literal["processes", "paired"]
 
 #: verdicts of trials that measured nothing (their status, as the verdict)
 FAILED_VERDICTS = ("failed", "timeout", "oom", "unsupported")
@@ -29,7 +36,7 @@ class ComparisonRecord(Record):
     ci_low: float
     ci_high: float
     p_value: float
-    verdict: Literal["faster", "slower", "not significant", "equivalent", "undecided"]
+    verdict: ComparisonVerdict
     df: float
     processes: Optional[int] = None  # candidate processes the comparison used (each a block between references)
     reference_processes: Optional[int] = None
@@ -44,7 +51,7 @@ class ComparisonRecord(Record):
     runs_needed: Optional[int] = None  # undecided: about how many candidate processes would resolve it
     #: "paired": both sides in one process, alternating windows (``perftune.engine.paired``; ``processes`` counts
     #: the paired processes); None: each side in its own processes
-    design: Optional[str] = None
+    design: Optional[Design] = None
     paired_blocks: Optional[int] = None  # paired: the ABBA blocks of all its processes
     block_sd: Optional[float] = None  # paired: sd of one block's log ratio within a process
     process_sd: Optional[float] = None  # paired: sd of the log ratio between paired processes (with its prior)
@@ -92,7 +99,7 @@ class SweepTrial(Record):
     kind: TrialKind
     changes: dict[str, Any] = Field(default_factory=dict)  # knobs that differ from the baseline
     replicate: int = 0
-    verdict: Verdict
+    verdict: TrialVerdict
     reason: str = ""  # ``why`` in words, as every output renders it (``perftune.words.reasons.reason_text``)
     why: Optional[Why] = None  # the reason as data (None: nothing decided, or a bare failure in ``reason``)
     vs_baseline: Optional[ComparisonRecord] = None
@@ -145,7 +152,7 @@ class PairedProcess(Record):
     candidate: str
     replicate: int = 0
     swapped: bool = False  # the candidate ran as arm 0 (every other process: ``engine.paired.counterbalanced``)
-    status: str = "ok"
+    status: TrialStatus = "ok"
     reason: str = ""
     differences: list[float] = Field(default_factory=list)  # per block: log candidate - log reference (mean)
     windows: int = 0

@@ -129,7 +129,7 @@ class CausalSelfAttention(nn.Cell):
         return self.proj(y)
 
 
-class Block(nn.Cell):
+class DecoderBlock(nn.Cell):
     """Pre-LayerNorm transformer block: x + attn(ln(x)), then x + mlp(ln(x)) with a 4x GELU MLP."""
 
     def __init__(self, d: int, n_heads: int, seq_len: int, proj_sigma: float):
@@ -154,7 +154,7 @@ class TinyGPT(nn.Cell):
         proj_sigma = 0.02 / math.sqrt(2 * n_layers)  # GPT-2: scaled init of the residual projections
         self.wte = nn.Embedding(VOCAB, d, embedding_table=Normal(0.02))
         self.wpe = ms.Parameter(initializer(Normal(0.02), (seq_len, d), ms.float32), name="wpe")
-        self.blocks = nn.SequentialCell([Block(d, n_heads, seq_len, proj_sigma) for _ in range(n_layers)])
+        self.blocks = nn.SequentialCell([DecoderBlock(d, n_heads, seq_len, proj_sigma) for _ in range(n_layers)])
         self.ln_f = nn.LayerNorm((d,))
         self.head = nn.Dense(d, VOCAB, weight_init=Normal(0.02), has_bias=False)
         self.cast = ops.Cast()
