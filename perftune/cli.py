@@ -299,7 +299,8 @@ def compare_command(old: Path, new: Path, threshold_text: str, metric: str, mark
         if os.environ.get("PERFTUNE_DEBUG"):
             raise
         raise UserError(f"compare could not use {old} and {new} ({type(exc).__name__}: "
-                        f"{str(exc).splitlines()[0][:200] if str(exc) else 'no message'}); no verdict (a bug in perftune "
+                        f"{str(exc).splitlines()[0][:200] if str(exc) else 'no message'}); "
+                        "no verdict (a bug in perftune "
                         "if both are perftune's files: PERFTUNE_DEBUG=1 shows the traceback)") from None
     if markdown is not None:
         _write_file(markdown, render_markdown(report))

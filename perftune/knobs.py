@@ -61,7 +61,8 @@ class Knob:
         if self.kind == "int":
             if isinstance(value, bool) or not isinstance(value, int):
                 return f"allowed: an integer{self._range()}"
-            if (self.minimum is not None and value < self.minimum) or (self.maximum is not None and value > self.maximum):
+            too_low = self.minimum is not None and value < self.minimum
+            if too_low or (self.maximum is not None and value > self.maximum):
                 return f"allowed: an integer{self._range()}"
             return None
         if value in self.choices and not isinstance(value, bool):
@@ -98,8 +99,9 @@ KNOBS: dict[str, Knob] = {
              "no effect in pynative mode, where nothing is compiled", "compute",
              choices=("O0", "O1", "O2"), refused={"O2": ("CPU",)}, script_route="context"),
         Knob("graph_kernel", "choice", "off", "graph-kernel fusion of the graph-mode step (on = MindSpore's default "
-             "opt level, O1/O2 = --opt_level); no effect in pynative mode", "compute", choices=("off", "on", "O1", "O2"),
-             refused={"on": ("CPU",), "O1": ("CPU",), "O2": ("CPU",)}, script_route="context"),
+             "opt level, O1/O2 = --opt_level); no effect in pynative mode", "compute",
+             choices=("off", "on", "O1", "O2"), refused={"on": ("CPU",), "O1": ("CPU",), "O2": ("CPU",)},
+             script_route="context"),
         Knob("amp_level", "choice", "O0", "automatic mixed precision: O0 fp32, O1 white-list fp16, O2 most ops "
              "fp16 (BN fp32), O3 all fp16", "compute", choices=("O0", "O1", "O2", "O3"), script_route="model"),
         Knob("loss_scale", "choice", "none", "loss scaling for fp16 gradients: none, static (1024) or dynamic "

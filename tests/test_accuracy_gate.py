@@ -7,15 +7,14 @@ import math
 
 import numpy as np
 import pytest
-
 from conftest import REPO
 
 from perftune.engine import seed_band, seed_runs
 from perftune.engine.accuracy import check
 from perftune.engine.plan_load import parse_plan
+from perftune.io.derived import failed_result
 from perftune.io.files import read_trial
 from perftune.io.plan import AccuracyGate
-from perftune.io.derived import failed_result
 from perftune.io.records import Accuracy, StepRecord, TrialResult
 
 SAMPLES = 1280
@@ -60,7 +59,7 @@ def test_a_worsening_within_the_tolerance_but_far_beyond_seed_noise_is_refused_i
     val = next(j for j in gate.judgements if j.name == "val_loss")
     assert val.worse and val.spreads > 5
     # the plan's metric leads the reason, in seed spreads; the other worse figures are counted
-    assert gate.reason.startswith(f"val_loss 2.575 vs baseline seeds ") and f"{val.spreads:.1f} seed spreads worse" \
+    assert gate.reason.startswith("val_loss 2.575 vs baseline seeds ") and f"{val.spreads:.1f} seed spreads worse" \
         in gate.reason
     others = sum(j.worse for j in gate.judgements) - 1
     assert (f"{others} more figure(s) worse" in gate.reason) == (others > 0)

@@ -105,7 +105,8 @@ def leaf_violations(found: list[Import], leaves=LEAVES) -> list[str]:
     out = []
     for leaf, allowed in leaves.items():
         for i in found:
-            if _within(i.module, leaf) and not _within(i.target, leaf) and not any(_within(i.target, a) for a in allowed):
+            outside = not _within(i.target, leaf) and not any(_within(i.target, a) for a in allowed)
+            if _within(i.module, leaf) and outside:
                 out.append(f"{i.module}:{i.line} imports {i.target} ({leaf} may import only {', '.join(allowed)})")
     return out
 
@@ -270,7 +271,7 @@ def test_the_burst_is_started_by_name_only():
     assert (ROOT / "perftune" / "burst" / "__main__.py").is_file()
 
 
-# -- the checker on a package that breaks every rule --------------------------------------------------------------------
+# -- the checker on a package that breaks every rule -------------------------------------------------------------------
 def test_the_checker_catches_each_kind_of_violation(tmp_path):
     pkg = tmp_path / "demo"
     files = {
@@ -302,7 +303,8 @@ def test_the_checker_catches_each_kind_of_violation(tmp_path):
     assert long_modules(tmp_path, "demo") == ["demo.runner.local: 451 lines"]
     assert shared_type_names(tmp_path, "demo") == {"Kind": ["demo.engine.plan", "demo.runner.process"],
                                                     "Node": ["demo.engine.sweep", "demo.runner.process"]}
-    assert long_definitions(tmp_path, "demo") == ["demo.engine.sweep.f: 62 lines", "demo.runner.process.Node: 201 lines"]
+    assert long_definitions(tmp_path, "demo") == ["demo.engine.sweep.f: 62 lines",
+                                                  "demo.runner.process.Node: 201 lines"]
     assert long_definitions(tmp_path, "demo", ("demo.engine", "demo.runner")) == []
     assert unresolved_imports(found, modules(tmp_path, "demo")) == [
         "demo.report:1 imports demo.records, which is not in the source tree"]

@@ -11,7 +11,7 @@ ranges, the share placed by time) runs on scripted op tables: no timing.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pandas as pd
@@ -30,7 +30,7 @@ SCENARIOS = sorted(TABLE)
 FORWARD_TYPES = {"Conv2D", "BatchNorm", "MaxPool", "HSwish", "HSigmoid", "GeLU", "Softmax", "LayerNorm", "ReLU", "Erf"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def profile(name: str) -> ProfileData:
     return load_profile(HERE / name)
 

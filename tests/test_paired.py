@@ -8,12 +8,11 @@ windows and files, never which arm was faster."""
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
-
 from conftest import TINY_MLP
 from scripted_sweeps import Script, make_sweep
+
 from perftune.burst.meter import Meter, pair_schedule
 from perftune.engine.paired import ARM_EFFECT_SD, PairedRun, decide_paired, pairable_change, paired_run
 from perftune.engine.plan_load import parse_plan

@@ -9,14 +9,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from perftune.engine.sweep import Sweep
 from perftune.errors import UserError
 from perftune.io.files import read_sweep, read_trial
 from perftune.io.records import RESULTS_SCHEMA_VERSION, TRIAL_SCHEMA_VERSION, Note
 from perftune.io.schema import note_from_text
-
-from conftest import REPO
 
 # upgrades of older files go through pydantic and the JSON readers: cheap, so checked on the oldest set too
 pytestmark = pytest.mark.smoke

@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 import psutil
 import pytest
+from conftest import TINY_MLP, run_sweep_cli, write_plan
 
 import perftune
-from conftest import TINY_MLP, run_sweep_cli, write_plan
 from perftune.io.records import RESULTS_SCHEMA_VERSION
 from perftune.io.sweep_records import SweepResult
 

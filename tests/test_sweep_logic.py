@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from scripted_sweeps import Script, make_sweep
 
 from perftune.engine.sweep import Sweep
 from perftune.io.records import Note
 from perftune.io.sweep_records import SweepResult
 from perftune.words.reasons import decision_line
-from scripted_sweeps import Script, make_sweep
 
 
 def singles(result: SweepResult) -> dict:

@@ -30,10 +30,9 @@ def child_plain(args: dict) -> dict:
     """
     entered = time.time()
     t_import = time.perf_counter()
-    import numpy as np
-
     import mindspore as ms
     import mindspore.dataset as ds
+    import numpy as np
     from mindspore import nn
 
     from perftune.workloads import resolve

@@ -207,7 +207,8 @@ def run(space: dict, rounds: int, out: Path, burst: dict, samples: int) -> tuple
         f"{vs_naive.ci_high:.2f}] (per round {', '.join(f'{x:.2f}' for x in per_round_naive)}); grid-best "
         f"x{grid_vs_naive.ratio:.2f}   target >= {TARGET_SPEEDUP:.0f}x",
         f"sweep-best accuracy vs naive: {plan.accuracy.metric} change "
-        f"{(acc.changes.get(plan.accuracy.metric) or 0):+.2%} -> {'within tolerance' if acc.ok else 'OUT: ' + acc.reason}; "
+        f"{(acc.changes.get(plan.accuracy.metric) or 0):+.2%} -> "
+        f"{'within tolerance' if acc.ok else 'OUT: ' + acc.reason}; "
         f"grid-best {(acc_g.changes.get(plan.accuracy.metric) or 0):+.2%} -> "
         f"{'within tolerance' if acc_g.ok else 'OUT: ' + acc_g.reason}",
     ]

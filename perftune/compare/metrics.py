@@ -12,10 +12,10 @@ import numpy as np
 
 from perftune.compare.sides import Entry
 from perftune.engine import stats
-from perftune.words import lm
 from perftune.errors import UserError
 from perftune.io.plan import ACCURACY_METRICS
 from perftune.io.records import PHASES, Note, TrialResult
+from perftune.words import lm
 
 MEMORY_FIELDS = {"device": "device_peak_bytes", "allocator": "allocator_peak_bytes", "host_rss": "host_rss_peak_bytes"}
 MEMORY_NAMES = {"device": "device peak", "allocator": "allocator peak", "host_rss": "host RSS peak"}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-
 from typing import Optional
 
 from perftune.compare.metrics import MEMORY_FIELDS, MEMORY_NAMES, ConfigComparison, MetricChange

@@ -28,7 +28,6 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from perftune.compare.sides import Side, load_side
 from perftune.compare.match import (
     check_comparable,
     closest_difference,
@@ -47,6 +46,7 @@ from perftune.compare.metrics import (
     noise_of,
     step_rate_windows,
 )
+from perftune.compare.sides import Side, load_side
 from perftune.engine import stats
 from perftune.errors import UserError
 from perftune.io.plan import ACCURACY_METRICS

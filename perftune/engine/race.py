@@ -46,7 +46,6 @@ from perftune.engine.paired import PairedRun, decide_paired
 from perftune.engine.sequential import decide, futile
 from perftune.engine.stats import Decision, Noise, Policy, ProcessRun
 
-
 #: a process that ran but whose timing is not used (measured while other processes used its node's cores): no look
 EXCLUDED = "excluded"
 LaneOutcome = Union[ProcessRun, str, None]  # a usable process, None (failed), or EXCLUDED

@@ -123,7 +123,7 @@ class Noise:
         return math.sqrt(self.var)
 
     @classmethod
-    def pooled(cls, runs: Sequence[ProcessRun], prior_sd: float = PRIOR_SD, prior_df: int = PRIOR_DF) -> "Noise":
+    def pooled(cls, runs: Sequence[ProcessRun], prior_sd: float = PRIOR_SD, prior_df: int = PRIOR_DF) -> Noise:
         """Successive differences of each configuration's processes on each machine (in measurement order), plus the
         prior: a fast and a slow node are not noise, they are blocked away by the comparisons."""
         by_config: dict[Hashable, list[float]] = {}

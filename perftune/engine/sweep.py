@@ -38,9 +38,9 @@ from perftune.engine import accuracy as accuracy_gate
 from perftune.engine import noop, order, seed_runs, verdicts
 from perftune.engine.blocked import process_run
 from perftune.engine.lanes import ParallelRunner, lanes_of
+from perftune.engine.paired import PairedRun, decide_paired
 from perftune.engine.processes import Processes, TrialRunner
 from perftune.engine.progress import SilentProgress, SweepProgress
-from perftune.engine.paired import PairedRun, decide_paired
 from perftune.engine.race import Race
 from perftune.engine.sequential import decide
 from perftune.engine.stats import Noise, Policy, ProcessRun, benjamini_hochberg

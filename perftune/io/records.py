@@ -78,8 +78,8 @@ class WindowStats(Record):
     total_ms: float
     median_step_ms: float
     samples_per_s: float
-    #: the contention guard (perftune/burst/contention.py): others' share of all cores during the window, steal time, the
-    #: 1-minute load average at its end, and whether others used more than CONTENDED_SHARE of the machine
+    #: the contention guard (perftune/burst/contention.py): others' share of all cores during the window, steal time,
+    #: the 1-minute load average at its end, and whether others used more than CONTENDED_SHARE of the machine
     others_cpu_share: Optional[float] = None
     steal_share: Optional[float] = None
     load_avg_1m: Optional[float] = None
@@ -140,7 +140,7 @@ class Splits(Record):
     shares: dict[str, float] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _fill_shares(self) -> "Splits":
+    def _fill_shares(self) -> Splits:
         if not self.shares:
             total = self.step_ms or 1.0
             self.shares = {p: getattr(self, f"{p}_ms") / total for p in PHASES}

@@ -11,7 +11,8 @@ from perftune.io.records import RESULTS_SCHEMA_VERSION, Accuracy, Environment, R
 
 #: ``repeat``: a further process of a single or stack configuration, measured while its comparison was open
 TrialKind = Literal["baseline", "single", "stack", "leave_one_out", "repeat"]
-#: a trial's verdict in the sweep (a comparison's is ``ComparisonVerdict``; the interval's state ``stats.IntervalOutcome``)
+#: a trial's verdict in the sweep (a comparison's is ``ComparisonVerdict``, the interval's state
+#: ``stats.IntervalOutcome``)
 TrialVerdict = Literal[
     "baseline", "kept", "not significant", "slower", "accuracy rejected", "failed", "timeout", "oom", "unsupported",
     "no effect", "dropped", "measured", "equivalent", "undecided",

@@ -7,11 +7,10 @@ import math
 import re
 from typing import Optional
 
-from perftune.profile.attribution import recompute_share
 from perftune.io.records import Splits, SplitWarning, TopOp, TopOpType
+from perftune.profile.attribution import recompute_share
 from perftune.profile.layouts import ProfileData
 from perftune.profile.op_phase import COMPUTE_PHASES, OP_PHASES
-
 
 #: a profiled step within this factor of the timed one is the same step; beyond it the ratio is a warning
 SAME_STEP = 0.05
@@ -53,7 +52,8 @@ def compute_splits(profile: ProfileData, profiled_steps: int, step_ms: float, da
     totals = profile.phase_totals_ms()
     per_step = {p: totals[p] / profiled_steps for p in OP_PHASES}
     source, warnings = "burst", []
-    if profile.launch_steps is not None and profile.launch_steps % profiled_steps and profiled_steps % profile.launch_steps:
+    launches = profile.launch_steps
+    if launches is not None and launches % profiled_steps and profiled_steps % launches:
         warnings.append(SplitWarning(kind="launch_steps", figures={"launch_steps": profile.launch_steps,
                                                                    "profiled_steps": profiled_steps}))
     by_step = profile.phase_ms_by_step

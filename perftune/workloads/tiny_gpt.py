@@ -19,9 +19,8 @@ import numbers
 import sysconfig
 from pathlib import Path
 
-import numpy as np
-
 import mindspore as ms
+import numpy as np
 from mindspore import nn, ops
 from mindspore.common.initializer import Normal, initializer
 
@@ -219,7 +218,8 @@ def build(params: dict, seed: int) -> Workload:
     prompt = val_text[line_start : line_start + seq_len // 2]
 
     def generate(net, new_tokens: int) -> list[int]:
-        """Greedy continuation of ``prompt``: always a (1, seq_len) window, right-padded, argmax at the last real byte."""
+        """Greedy continuation of ``prompt``: always a (1, seq_len) window, right-padded, argmax at the last real
+        byte."""
         ids = list(prompt)
         out: list[int] = []
         for _ in range(int(new_tokens)):
