@@ -67,7 +67,7 @@ def test_paired_decisions_on_simulated_blocks():
     assert abs(both.ratio - 1.0) < 1e-3
     one = decide_paired(simulated(0.0, 1, random.Random(1), arm=0.0, block_sd=1e-4, tau=1e-4), policy, looks=1)
     assert one.resolution > 2 * ARM_EFFECT_SD
-    assert both.design == "paired" and both.blocks == 2 and both.paired_blocks == 12
+    assert both.design == "paired" and both.blocks == 2 and both.paired.blocks == 12
 
 
 #: paired processes recorded by a quickstart sweep (``perftune sweep experiments/quickstart.yaml``, commit 14a8dab,

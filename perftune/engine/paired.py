@@ -23,11 +23,11 @@ Pure functions over measurements: no processes, no clocks.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Hashable, Optional, Sequence
 
 from perftune import knobs
-from perftune.engine.stats import Decision, Noise, Policy, ProcessRun, estimate
+from perftune.engine.stats import Decision, PairedFacts, Policy, interval
 from perftune.io.records import TrialResult
 from perftune.workloads import DATA_PARAMS
 
@@ -181,11 +181,9 @@ def decide_paired(runs: Sequence[PairedRun], policy: Policy, looks: Optional[int
     var = a + b + bias
     # the bias is a prior's: its df is the block prior's (few), so one process never looks sharper than it is
     df = var**2 / (a**2 / noise.block_df + b**2 / noise.process_df + bias**2 / BLOCK_PRIOR_DF)
-    se = math.sqrt(var)
-    # ``estimate`` reads the noise's df for the t quantile and its sd for the record: one process mean's sd here
-    as_noise = Noise(var=unit, df=max(1, int(df)), observed_df=noise.block_df - BLOCK_PRIOR_DF)
-    stand_ins = [ProcessRun(r.candidate, (1.0,), r.node, r.contended > 0) for r in runs]
-    d = estimate(diff, se, as_noise, policy, policy.max_runs if looks is None else looks, stand_ins, [])
-    return replace(d, reference_runs=len(runs), design="paired",
-                   paired_blocks=sum(len(r.differences) for r in runs), block_sd=noise.block_sd,
-                   process_sd=noise.process_sd)
+    # the t quantile's df as the fresh model's noise gives it: whole degrees of freedom, at least one
+    iv = interval(diff, math.sqrt(var), max(1, int(df)), policy, policy.max_runs if looks is None else looks)
+    facts = PairedFacts(blocks=sum(len(r.differences) for r in runs), block_sd=noise.block_sd,
+                        process_sd=noise.process_sd)
+    return Decision.of(iv, policy, blocks=len(runs), reference_runs=len(runs), noise_sd=math.sqrt(unit),
+                       contended=sum(r.contended > 0 for r in runs), paired=facts)
