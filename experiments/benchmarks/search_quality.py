@@ -83,6 +83,7 @@ def run(space: dict, rounds: int, out: Path, burst: dict, samples: int) -> tuple
     from perftune.commands import sweep as run_sweep
     from perftune.engine import accuracy as gate
     from perftune.engine import stats
+    from perftune.words.rules import order_rule_text
 
     params = c.SMALL_GPT
     plan = c.make_plan(
@@ -181,7 +182,7 @@ def run(space: dict, rounds: int, out: Path, burst: dict, samples: int) -> tuple
     if fastest_cfg != grid_best_cfg:
         lines.append(f"  (fastest overall, rejected by the accuracy gate: {label(fastest_cfg)})")
     lines.append(f"sweep: {len(ran)} trials run ({len(before_loo)} before leave-one-out), {sweep_wall / 60:.1f} min; "
-                 f"order rule: {result.order_rule}")
+                 f"order rule: {order_rule_text(result.order_rule)}")
     for t in result.trials:
         lines.append(f"  {t.kind:<14} {t.label:<55} {t.verdict:<16} {t.reason[:110]}")
     lines.append(f"  best: {result.best_label}; sweep's own figure vs baseline: "

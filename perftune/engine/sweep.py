@@ -46,8 +46,16 @@ from perftune.engine.sequential import decide
 from perftune.engine.stats import Noise, Policy, ProcessRun, benjamini_hochberg
 from perftune.io.outdir import clear_own
 from perftune.io.plan import Plan
-from perftune.io.sweep_records import FAILED_VERDICTS, ComparisonRecord, StackStep, SweepResult, SweepTrial, Why
-from perftune.words import lm, reasons
+from perftune.io.sweep_records import (
+    FAILED_VERDICTS,
+    ComparisonRecord,
+    Multiplicity,
+    StackStep,
+    SweepResult,
+    SweepTrial,
+    Why,
+)
+from perftune.words import lm, reasons, rules
 
 FAILED = FAILED_VERDICTS
 label_of = knobs.label_of
@@ -204,11 +212,9 @@ class Sweep:
         measured = [k for k in keys if comparisons[k] is not None]
         found = benjamini_hochberg([comparisons[k].p_value for k in measured], 1 - self.plan.decision.confidence)
         discovered = dict(zip(measured, found))
-        family = (f"the {len(measured)} one-at-a-time comparisons (Benjamini-Hochberg, false discovery rate "
-                  f"{1 - self.plan.decision.confidence:.0%})")
-        self.result.multiplicity = (
-            f"{family}; each interval allows for up to {self.policy.max_runs} looks (Pocock), so adding processes "
-            "to an open comparison does not inflate false alarms")
+        self.result.multiplicity = Multiplicity(comparisons=len(measured), looks=self.policy.max_runs,
+                                                false_discovery_rate=1 - self.plan.decision.confidence)
+        family = rules.family_text(self.result.multiplicity)
         for key in keys:
             trial = self.first(key)
             if trial.verdict in FAILED:

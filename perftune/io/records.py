@@ -19,7 +19,7 @@ from perftune.io.plan import BurstSettings, DistributedSettings, ScriptWorkload
 #: and refuses newer ones.  Version 2: ``notes`` are ``Note`` records instead of strings.  Version 3: a trial may
 #: record the cluster ``node`` that ran it (``NodeRecord``), a sweep its ``nodes`` (both absent when run locally).
 TRIAL_SCHEMA_VERSION = 4
-RESULTS_SCHEMA_VERSION = 5
+RESULTS_SCHEMA_VERSION = 6
 
 TrialStatus = Literal["ok", "failed", "timeout", "oom", "unsupported"]
 PHASES = ("data", "forward", "backward", "optimizer", "communication", "other")

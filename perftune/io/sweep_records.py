@@ -25,6 +25,9 @@ ComparisonVerdict = Literal["faster", "slower", "not significant", "equivalent",
 #: how a comparison measured: each side in its own processes, or both in one process (``perftune.engine.paired``)
 Design = Literal["processes", "paired"]
 
+#: which knobs the sweep races first (``OrderRule``)
+KnobGroupFirst = Literal["data", "compute"]
+
 #: verdicts of trials that measured nothing (their status, as the verdict)
 FAILED_VERDICTS = ("failed", "timeout", "oom", "unsupported")
 
@@ -163,13 +166,49 @@ class PairedProcess(Record):
     reused: bool = False
 
 
+class WindowSizing(Record):
+    """How the accuracy window's length was chosen (``perftune.engine.seed_runs``), as data; ``perftune.words.rules``
+    words it."""
+
+    #: plan: ``accuracy.samples`` given; loss_fell: the baseline's training loss fell enough by ``samples``;
+    #: budget: the longest window ``accuracy.window_budget_s`` allowed, the loss fell only ``loss_fall``;
+    #: probe_failed: the probe of the baseline failed (``failure``).  None: written before results schema 6
+    how: Optional[Literal["plan", "loss_fell", "budget", "probe_failed"]] = None
+    samples: int = 0
+    loss_fall: Optional[float] = None  # relative fall of the training loss over the window (None: too little to tell)
+    fall_factor: float = 0.0  # the fall asked for, in multiples of the tolerance
+    tolerance: float = 0.0  # the gate's relative tolerance
+    budget_s: Optional[float] = None
+    failure: str = ""
+    legacy: str = ""  # written before results schema 6: the sizing in words
+
+
+class OrderRule(Record):
+    """Which singles the sweep raced first, and why (``perftune.engine.order``), as data; ``perftune.words.rules``
+    words it."""
+
+    data_share: Optional[float] = None  # the baseline's first process: share of the step waiting for data
+    threshold: float = 0.0  # data-bound from this share on
+    first: Optional[KnobGroupFirst] = None  # None: written before results schema 6
+    legacy: str = ""  # written before results schema 6: the rule in words
+
+
+class Multiplicity(Record):
+    """How the sweep's many comparisons are kept honest, as data; ``perftune.words.rules`` words it."""
+
+    comparisons: int = 0  # the one-at-a-time comparisons of the Benjamini-Hochberg family
+    false_discovery_rate: float = 0.0
+    looks: int = 0  # the looks each interval allows for (Pocock)
+    legacy: str = ""  # written before results schema 6: the rule in words
+
+
 class AccuracyCalibration(Record):
     """How the accuracy gate was set up before the sweep (``perftune.engine.seed_runs``): the accuracy window's
     length (given, or sized from the baseline) and the baseline's accuracy windows with other seeds."""
 
     samples: int  # samples seen when every trial's accuracy is measured
     sized: bool = False  # chosen by perftune (``accuracy.samples`` not given)
-    sizing: str = ""  # what was chosen and why, in words
+    sizing: Optional[WindowSizing] = None  # what was chosen and why
     sizing_s: float = 0.0  # wall time of the sizing probes (as measured, also when a resume reused them)
     seeds: list[int] = Field(default_factory=list)  # the seeds of ``runs`` (the plan's own is the baseline's)
     runs: list[Accuracy] = Field(default_factory=list)  # their accuracy windows, in seed order
@@ -190,7 +229,7 @@ class SweepResult(Record):
     started_utc: str
     finished_utc: Optional[str] = None
     wall_s: Optional[float] = None
-    order_rule: str = ""
+    order_rule: Optional[OrderRule] = None
     trials: list[SweepTrial] = Field(default_factory=list)
     stack: list[StackStep] = Field(default_factory=list)
     aa_check: Optional[ComparisonRecord] = None  # baseline replicate vs the first baseline run
@@ -200,7 +239,7 @@ class SweepResult(Record):
     noise_sd: Optional[float] = None  # between-process noise the sweep measured (pooled, with the prior)
     noise_df: Optional[int] = None  # its degrees of freedom: observed + the prior's
     noise_observed_df: Optional[int] = None
-    multiplicity: str = ""  # how the sweep's many comparisons are kept honest (Benjamini-Hochberg), in words
+    multiplicity: Optional[Multiplicity] = None  # how the sweep's many comparisons are kept honest
     best_label: Optional[str] = None
     best_trial_id: Optional[str] = None
     best_vs_baseline: Optional[ComparisonRecord] = None

@@ -30,6 +30,7 @@ from perftune.words.format import count_word, num, rate, speed_text, step_text, 
 from perftune.report.load import SweepFolder
 from perftune.report.notes import bottleneck_note, tried_changes
 from perftune.report.ops import top_op_rows
+from perftune.words.rules import order_rule_text
 from perftune.words.split_notes import split_notes
 from perftune.report.summary import comparison_lines, node_lines, noise_line, paired_lines
 from perftune.report.tables import ablation_table, loo_table, optional_columns, process_label, singles_table
@@ -184,7 +185,7 @@ def _summary(folder: SweepFolder, metric: str) -> dict:
         "python": env.python_version if env else None,
         "git_commit": env.git_commit if env else None,
         "aa": aa_text, "aa_class": aa_class, "aa_note": aa_note, "paired": paired_lines(res),
-        "order_rule": res.order_rule,
+        "order_rule": order_rule_text(res.order_rule),
         "noise": noise_line(res),
         "decisions": comparison_lines(res),
         "nodes": node_lines(res),  # a sweep on a Ray cluster: trials per node, node effect, within-node comparisons

@@ -13,6 +13,7 @@ from perftune.words import lm
 from perftune.words.format import count_word, mb, speed_text, time_ratio_text, validation_figures, verdict_counts
 from perftune.words.format import num as format_num
 from perftune.words.reasons import comparison_text, decision_line
+from perftune.words.rules import multiplicity_text
 from perftune.words.split_notes import split_notes
 
 
@@ -95,7 +96,8 @@ def noise_line(result: SweepResult) -> str:
     observed = result.noise_observed_df or 0
     return (f"noise: two processes of one configuration differ by {result.noise_sd:.1%} (sd of log throughput, "
             f"pooled over the sweep: {observed} observed + {(result.noise_df or 0) - observed} prior degrees of "
-            f"freedom)" + (f"; false alarms controlled over {result.multiplicity}" if result.multiplicity else ""))
+            f"freedom)" + (f"; false alarms controlled over {multiplicity_text(result.multiplicity)}"
+                           if result.multiplicity else ""))
 
 
 def paired_lines(result: SweepResult) -> list[str]:

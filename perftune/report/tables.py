@@ -17,6 +17,7 @@ from perftune.io.store import write_text_atomic
 from perftune.io.sweep_records import SweepResult, SweepTrial
 from perftune.words.format import num, rate, speed_text, step_text, validation_figures
 from perftune.words.reasons import reason_text, stack_reason
+from perftune.words.rules import order_rule_text
 from perftune.report.summary import comparison_lines, noise_line, paired_lines
 
 
@@ -195,7 +196,7 @@ def markdown_report(result: SweepResult) -> str:
     if not loo.empty:
         parts += ["### Leave one out (final stack minus one change)", "", to_markdown(loo, metric)]
     if result.order_rule:
-        parts += [f"Order rule: {md_text(result.order_rule)}.", ""]
+        parts += [f"Order rule: {md_text(order_rule_text(result.order_rule))}.", ""]
     parts += ["Ratios: the configuration's speed against its reference, `x1.23 faster` / `x1.10 slower` with the 95% "
               "interval of that same factor.  Step time: the mean over the timed steps (throughput is batch / mean "
               "step, and the splits add up to it), the median beside it.  Compile: the first step.", ""]
