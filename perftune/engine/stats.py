@@ -35,9 +35,8 @@ from perftune.io.sweep_records import ComparisonVerdict, Design
 #: where a comparison's interval lies at one look (its verdict, once decided, is ``ComparisonVerdict``)
 IntervalOutcome = Literal["faster", "slower", "equivalent", "open"]
 
-#: Prior for the between-process standard deviation of log throughput (measured here with
-#: experiments/benchmarks/precision.py: 7.7% [5.3%, 14.1%] over 10 quiet tiny_gpt processes; 10-20% while other jobs
-#: shared the machine), and its weight in pseudo degrees of freedom.  The one prior of every comparison.
+#: Prior for the between-process standard deviation of log throughput, and its weight in pseudo degrees of freedom
+#: (measured: experiments/benchmarks/README.md, "The engine's constants").  The one prior of every comparison.
 PRIOR_SD = 0.07
 PRIOR_DF = 4
 
