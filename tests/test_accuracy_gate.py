@@ -7,16 +7,16 @@ import math
 
 import numpy as np
 import pytest
-
 from conftest import REPO
 
 from perftune.engine import seed_band, seed_runs
 from perftune.engine.accuracy import check
 from perftune.engine.plan_load import parse_plan
+from perftune.io.derived import failed_result
 from perftune.io.files import read_trial
 from perftune.io.plan import AccuracyGate
-from perftune.io.derived import failed_result
 from perftune.io.records import Accuracy, StepRecord, TrialResult
+from perftune.words.rules import sizing_text
 
 SAMPLES = 1280
 GATE = AccuracyGate(metric="val_loss", rel_tolerance=0.05, checkpoints=4)
@@ -60,7 +60,7 @@ def test_a_worsening_within_the_tolerance_but_far_beyond_seed_noise_is_refused_i
     val = next(j for j in gate.judgements if j.name == "val_loss")
     assert val.worse and val.spreads > 5
     # the plan's metric leads the reason, in seed spreads; the other worse figures are counted
-    assert gate.reason.startswith(f"val_loss 2.575 vs baseline seeds ") and f"{val.spreads:.1f} seed spreads worse" \
+    assert gate.reason.startswith("val_loss 2.575 vs baseline seeds ") and f"{val.spreads:.1f} seed spreads worse" \
         in gate.reason
     others = sum(j.worse for j in gate.judgements) - 1
     assert (f"{others} more figure(s) worse" in gate.reason) == (others > 0)
@@ -162,7 +162,7 @@ def test_the_window_is_sized_until_the_loss_fell_clearly_and_says_so():
     # 320 samples (batch x steps) fell too little, the x4 probe (1280) saw a 15% fall
     assert [s.accuracy_samples for s in measure.specs[:2]] == [320, 1280]
     assert cal.sized and sized.accuracy.samples == cal.samples and cal.samples % 64 == 0
-    assert 320 < cal.samples <= 1280 and "sized from the baseline" in cal.sizing
+    assert 320 < cal.samples <= 1280 and "sized from the baseline" in sizing_text(cal.sizing)
     probe = measure.specs[0]
     assert probe.burst.profile_steps == 0 and probe.burst.repeats == 1 and probe.burst.warmup_steps == 0
 
@@ -173,7 +173,7 @@ def test_the_seed_runs_vary_the_seed_not_the_data_and_have_their_own_ids():
     _, cal = seed_runs.calibrate(plan(samples=640, seeds=4), measure, None, say=lines.append)
     assert cal.seeds == [1, 2, 3] and len(cal.runs) == 3 and not cal.sized
     assert all(s.data_seed == 0 for s in measure.specs) and len({s.trial_id for s in measure.specs}) == 3
-    assert "640 samples" not in cal.sizing and "set by the plan" in cal.sizing
+    assert "640 samples" not in sizing_text(cal.sizing) and "set by the plan" in sizing_text(cal.sizing)
     assert lines and "4 seed(s)" in lines[0]
 
 
@@ -185,7 +185,7 @@ def test_a_failed_seed_run_is_recorded_and_the_rest_calibrate():
 def test_a_budget_too_small_stops_growing_and_says_what_it_learnt():
     sized, cal = seed_runs.calibrate(plan(window_budget_s=0.1, seeds=1), Scripted(), None, say=lambda line: None)
     # 5 ms per step of 32 samples: 0.1 s buys 640 samples, where the loss fell only 13%
-    assert cal.samples == 640 and "window_budget_s" in cal.sizing and "fell only 13%" in cal.sizing
+    assert cal.samples == 640 and "window_budget_s" in sizing_text(cal.sizing) and "fell only 13%" in sizing_text(cal.sizing)
 
 
 def test_step_unit_covers_every_batch_size_and_worker_count():
@@ -252,9 +252,9 @@ def test_a_scripts_own_seed_option_follows_the_seed_runs_and_its_metrics_are_jud
 
 
 def test_the_summary_says_how_the_gate_was_set_up_and_nothing_when_the_plan_fixed_it():
-    from perftune.io.sweep_records import AccuracyCalibration, SweepResult
+    from perftune.io.sweep_records import AccuracyCalibration, SweepResult, WindowSizing
 
-    cal = AccuracyCalibration(samples=1280, sized=True, sizing="1280 samples, sized from the baseline", sizing_s=12.0,
+    cal = AccuracyCalibration(samples=1280, sized=True, sizing=WindowSizing(legacy="1280 samples, sized from the baseline"), sizing_s=12.0,
                               seeds=[1, 2, 3], runs=SEEDS, seeds_s=30.0)
     result = SweepResult(plan=plan(), started_utc="2026-01-01T00:00:00+00:00", accuracy_calibration=cal)
     assert seed_runs.summary_line(result) == [
@@ -277,4 +277,4 @@ def test_after_the_last_probe_the_window_is_the_last_one_probed():
     _, cal = seed_runs.calibrate(plan(seeds=1, window_budget_s=1000.0), barely, None, say=lambda line: None)
     probed = [s.accuracy_samples for s in slow.specs]
     assert probed == [320, 1280, 5120] and cal.samples == probed[-1]
-    assert "fell only 5%" in cal.sizing  # 0.99 ** 5.12 at the end, against the first steps
+    assert "fell only 5%" in sizing_text(cal.sizing)  # 0.99 ** 5.12 at the end, against the first steps

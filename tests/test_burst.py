@@ -11,13 +11,13 @@ import numpy as np
 import psutil
 import pytest
 import yaml
-
 from conftest import TINY_BURST, TINY_MLP
+
 from perftune.cli import main
 from perftune.compat import cli_runner
 from perftune.engine.plan_load import accuracy_samples, lr_scale, parse_plan
-from perftune.io.records import Note
 from perftune.engine.specs import make_spec
+from perftune.io.records import Note
 from perftune.runner import run_trial
 
 

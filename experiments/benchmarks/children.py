@@ -1,4 +1,5 @@
-"""The benchmarks' child processes: ``python experiments/benchmarks/children.py plain|instrumented|peak|sync_loop JSON``.
+"""The benchmarks' child processes: ``python experiments/benchmarks/children.py COMMAND JSON`` (``plain``,
+``instrumented``, ``peak``, ``sync_loop``).
 
 ``plain``: a hand-written MindSpore training loop (no perftune harness) on a perftune workload; ``instrumented``: a
 perftune burst with a timer around each of its stages; ``peak``: the matmul peak.  Every measurement runs in a fresh
@@ -31,10 +32,9 @@ def child_plain(args: dict) -> dict:
     """
     entered = time.time()
     t_import = time.perf_counter()
-    import numpy as np
-
     import mindspore as ms
     import mindspore.dataset as ds
+    import numpy as np
     from mindspore import nn
 
     from perftune.workloads import resolve

@@ -67,7 +67,8 @@ def one_round(workload: str, form: str, mode: str, policies: list[str], index: i
     for part in (burst, plain) if index % 2 == 0 else (plain, burst):
         part()
     answer["load"] = c.loadavg()
-    c.log(f"  {workload} {form} {mode} round {index}: perftune {answer['perftune']:.1f}, plain {answer['plain']} samples/s")
+    c.log(f"  {workload} {form} {mode} round {index}: perftune {answer['perftune']:.1f}, "
+          f"plain {answer['plain']} samples/s")
     return answer
 
 

@@ -18,10 +18,9 @@ from pathlib import Path
 
 
 def child_sync_loop(args: dict) -> dict:
-    import numpy as np
-
     import mindspore as ms
     import mindspore.dataset as ds
+    import numpy as np
 
     from perftune.burst.context import first_eager_op
     from perftune.burst.data import build_dataset

@@ -7,10 +7,9 @@ goes over ``perftune.steps(...)`` and the step's loss goes to ``perftune.loss(..
 
 import argparse
 
-import numpy as np
-
 import mindspore as ms
 import mindspore.dataset as ds
+import numpy as np
 from mindspore import nn
 
 import perftune

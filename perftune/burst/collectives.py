@@ -19,9 +19,9 @@ import numpy as np
 
 from perftune import knobs as knob_registry
 from perftune.burst.failures import one_line
+from perftune.io.derived import rank_summary
 from perftune.io.files import NODE_RANK_ENV, rank_log_name
 from perftune.io.records import Note, RankSummary, TrialResult
-from perftune.io.derived import rank_summary
 
 
 @dataclass

@@ -29,8 +29,8 @@ from perftune.burst.context import (
 from perftune.burst.failures import KnobRefused
 from perftune.burst.meter import Meter
 from perftune.burst.results import read_memory
-from perftune.io.records import Accuracy, Note, TrialResult, TrialSpec
 from perftune.io.derived import failed_result
+from perftune.io.records import Accuracy, Note, TrialResult, TrialSpec
 
 VAL_BATCH = 64  # the same validation batches for every trial, whatever its batch size
 

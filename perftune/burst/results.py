@@ -14,9 +14,9 @@ import numpy as np
 
 from perftune.burst import contention
 from perftune.burst.failures import one_line
+from perftune.io.derived import throughput
 from perftune.io.plan import BurstSettings
 from perftune.io.records import Accuracy, Note, ProfileSummary, StepRecord, TrialResult, TrialSpec, WindowStats
-from perftune.io.derived import throughput
 
 LOSS_TAIL_STEPS = 5  # the training loss at N samples is the mean of this many last steps
 
@@ -83,7 +83,8 @@ def calibrated_window_steps(burst: BurstSettings, warm_ms: list[float]) -> tuple
     """Steps per timed window: ``burst.steps``, or more where ``burst.min_window_s`` asks for longer windows.
 
     As pyperf and timeit calibrate their loops: the step time is the median of the warm-up steps after the
-    first (which compiled), and the window gets enough steps to last ``min_window_s`` (at most ``MAX_WINDOW_FACTOR`` x ``steps``).
+    first (which compiled), and the window gets enough steps to last ``min_window_s`` (at most
+    ``MAX_WINDOW_FACTOR`` x ``steps``).
     """
     warm = warm_ms[1:]
     if not burst.min_window_s or not warm:
@@ -121,7 +122,8 @@ def summarize_timed(result: TrialResult, timed: list[StepRecord], tokens_per_sam
     if not timed:
         return
     times = np.array([r.step_ms for r in timed])
-    result.samples_per_s = throughput(result.windows if windows is None else windows)  # batch / mean step, not a median of window figures
+    # batch / mean step, not a median of window figures
+    result.samples_per_s = throughput(result.windows if windows is None else windows)
     if tokens_per_sample and result.samples_per_s:
         result.tokens_per_s = result.samples_per_s * tokens_per_sample
     result.step_ms_median = float(np.median(times))

@@ -26,7 +26,8 @@ from perftune.errors import UserError
 from perftune.io.files import RESULTS_NAME, read_sweep
 from perftune.io.plan import MAX_SEED, BurstSettings, Plan
 from perftune.io.records import Accuracy, TrialResult, TrialSpec
-from perftune.io.sweep_records import AccuracyCalibration, SweepResult
+from perftune.io.sweep_records import AccuracyCalibration, SweepResult, WindowSizing
+from perftune.words.rules import sizing_text
 
 #: the window ends once the baseline's training loss fell by this many times the tolerance (relative)
 FALL_FACTOR = 3.0
@@ -94,7 +95,7 @@ def seconds_per_sample(result: TrialResult) -> Optional[float]:
     return sum(s.step_ms for s in steps[1:]) / 1e3 / samples if samples > 0 else None
 
 
-def size_window(plan: Plan, measure: Measure, cache_dir: Optional[str]) -> tuple[int, str, float]:
+def size_window(plan: Plan, measure: Measure, cache_dir: Optional[str]) -> tuple[int, WindowSizing, float]:
     """(samples, what was chosen and why, probe seconds) for a plan without ``accuracy.samples``."""
     unit = step_unit(plan)
     samples = round_up(int(baseline_knobs(plan)["batch_size"]) * plan.burst.steps, unit)
@@ -107,26 +108,20 @@ def size_window(plan: Plan, measure: Measure, cache_dir: Optional[str]) -> tuple
         spent += result.wall_s or 0.0  # what measuring it cost, also when this run reused it
         acc = result.accuracy
         if result.status != "ok" or acc is None:
-            return samples, (f"{samples} samples: the probe of the baseline failed ({result.reason}); the baseline "
-                             "will say why"), spent
+            return samples, WindowSizing(how="probe_failed", samples=samples, failure=result.reason), spent
         at = clear_fall_at(acc.loss_curve, target)
         if at is not None:
             chosen = round_up(at, unit)
             losses = [v for s, v in acc.loss_curve if s <= chosen]
-            return chosen, (f"{chosen} samples, sized from the baseline: its training loss fell {fall(losses):.0%} "
-                            f"by then (at least {FALL_FACTOR:g} x the {plan.accuracy.rel_tolerance:.0%} tolerance)"
-                            ), spent
+            return chosen, WindowSizing(how="loss_fell", samples=chosen, loss_fall=fall(losses), fall_factor=FALL_FACTOR,
+                                        tolerance=plan.accuracy.rel_tolerance), spent
         per_sample = seconds_per_sample(result)
         longer = min(samples * GROWTH, (budget / per_sample) // unit * unit if per_sample else samples * GROWTH)
         if longer <= samples or probe == MAX_PROBES - 1:
             break
         samples = int(longer)
-    learnt = fall([v for _, v in acc.loss_curve])
-    how = f"{learnt:.0%}" if learnt is not None else "too little to tell"
-    return samples, (f"{samples} samples: the longest window probed within accuracy.window_budget_s ({budget:g} s); "
-                     "the "
-                     f"baseline's training loss fell only {how} (less than {FALL_FACTOR:g} x the tolerance): "
-                     "raise the budget or set accuracy.samples"), spent
+    return samples, WindowSizing(how="budget", samples=samples, loss_fall=fall([v for _, v in acc.loss_curve]),
+                                 fall_factor=FALL_FACTOR, tolerance=plan.accuracy.rel_tolerance, budget_s=budget), spent
 
 
 def calibrate(plan: Plan, measure: Measure, cache_dir: Optional[str], say: Callable[[str], None] = print
@@ -134,7 +129,7 @@ def calibrate(plan: Plan, measure: Measure, cache_dir: Optional[str], say: Calla
     """The plan with its accuracy window fixed, and the calibration: the window's sizing and the seed runs; ``say``
     states what was chosen (one line)."""
     if plan.accuracy.samples:
-        samples, sizing, spent = plan.accuracy.samples, "set by the plan (accuracy.samples)", 0.0
+        samples, sizing, spent = plan.accuracy.samples, WindowSizing(how="plan", samples=plan.accuracy.samples), 0.0
     else:
         samples, sizing, spent = size_window(plan, measure, cache_dir)
     sized = plan.model_copy(update={"accuracy": plan.accuracy.model_copy(update={"samples": samples})})
@@ -150,7 +145,7 @@ def calibrate(plan: Plan, measure: Measure, cache_dir: Optional[str], say: Calla
         else:
             cal.failed.append(f"seed {seed}: {result.status}: {result.reason}")
     if cal.sized or plan.accuracy.seeds > 1:  # a plan that fixes both has nothing to say
-        say(f"  accuracy window: {sizing}; judged against {len(cal.runs) + 1} seed(s) of the baseline"
+        say(f"  accuracy window: {sizing_text(sizing)}; judged against {len(cal.runs) + 1} seed(s) of the baseline"
             + (" (uncalibrated: the fixed tolerance judges)" if not cal.runs else ""))
     return sized, cal
 
@@ -209,7 +204,7 @@ def summary_line(result: SweepResult) -> list[str]:
              else "uncalibrated (one seed: the fixed tolerance judges)")
     probes = f", probes {cal.sizing_s:.0f} s" if cal.sized else ""
     failed = f"; failed seed runs: {'; '.join(cal.failed)}" if cal.failed else ""
-    return [f"window {cal.sizing}{probes}; {seeds}{failed}"]
+    return [f"window {sizing_text(cal.sizing)}{probes}; {seeds}{failed}"]
 
 
 def progress_text(result: TrialResult) -> str:

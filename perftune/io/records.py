@@ -19,7 +19,7 @@ from perftune.io.plan import BurstSettings, DistributedSettings, ScriptWorkload
 #: and refuses newer ones.  Version 2: ``notes`` are ``Note`` records instead of strings.  Version 3: a trial may
 #: record the cluster ``node`` that ran it (``NodeRecord``), a sweep its ``nodes`` (both absent when run locally).
 TRIAL_SCHEMA_VERSION = 4
-RESULTS_SCHEMA_VERSION = 5
+RESULTS_SCHEMA_VERSION = 6
 
 TrialStatus = Literal["ok", "failed", "timeout", "oom", "unsupported"]
 PHASES = ("data", "forward", "backward", "optimizer", "communication", "other")
@@ -38,6 +38,9 @@ class Record(BaseModel):
 
 
 NoteKind = Literal["no_effect", "warning", "info"]
+#: what a reader of a trial's phase splits must know (``SplitWarning``)
+SplitWarningKind = Literal["launch_steps", "ops_overlap", "profiled_slower", "profiled_faster", "op_scale_far",
+                           "ops_exceed_step"]
 
 
 class Note(Record):
@@ -75,8 +78,8 @@ class WindowStats(Record):
     total_ms: float
     median_step_ms: float
     samples_per_s: float
-    #: the contention guard (perftune/burst/contention.py): others' share of all cores during the window, steal time, the
-    #: 1-minute load average at its end, and whether others used more than CONTENDED_SHARE of the machine
+    #: the contention guard (perftune/burst/contention.py): others' share of all cores during the window, steal time,
+    #: the 1-minute load average at its end, and whether others used more than CONTENDED_SHARE of the machine
     others_cpu_share: Optional[float] = None
     steal_share: Optional[float] = None
     load_avg_1m: Optional[float] = None
@@ -86,7 +89,7 @@ class WindowStats(Record):
 
 
 class SplitWarning(Record):
-    """Something a reader of the splits must know, as data (``perftune.report.split_notes`` words it).
+    """Something a reader of the splits must know, as data (``perftune.words.split_notes`` words it).
 
     kind: ``launch_steps`` (the profile's launches split into ``figures["launch_steps"]`` steps, not the
     ``profiled_steps`` the burst ran), ``ops_overlap`` (op time exceeded the profiled steps' own compute: squeezed),
@@ -96,7 +99,7 @@ class SplitWarning(Record):
     ``op_ms`` squeezed into ``budget_ms``).
     """
 
-    kind: str
+    kind: SplitWarningKind
     figures: dict[str, float] = Field(default_factory=dict)
 
 
@@ -137,7 +140,7 @@ class Splits(Record):
     shares: dict[str, float] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _fill_shares(self) -> "Splits":
+    def _fill_shares(self) -> Splits:
         if not self.shares:
             total = self.step_ms or 1.0
             self.shares = {p: getattr(self, f"{p}_ms") / total for p in PHASES}
