@@ -79,14 +79,14 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
 
 
 def phase_lines(r: TrialResult) -> list[str]:
-    """The median step of each phase that ran the same computation: they should agree (``burst/agreement.py``)."""
+    """The median compute of each phase that ran the same computation: they should agree (``burst/agreement.py``)."""
     a = r.phase_agreement
     if a is None:
         return []
     medians = ", ".join(f"{name} {ms:.2f}" for name, ms in a.medians_ms.items())
     verdict = (f"agree (within x{a.limit:.2f})" if a.agree
                else f"DISAGREE: {a.worst_phase} x{a.ratio:.2f} the timed steps (allowed x{a.limit:.2f})")
-    return [f"  phases       median step (ms): {medians}; {verdict}"]
+    return [f"  phases       median compute (ms, a step less its wait for data): {medians}; {verdict}"]
 
 
 def disagreeing_phases(result: SweepResult) -> list[str]:
