@@ -1,9 +1,10 @@
 """Phases that must agree, checked: the accuracy window's steps, the warm-up's steady steps, the timed steps and the
 profiled steps run the same computation, so their median compute times (a step less its wait for its batch) should
-agree, within the profiler's overhead and the accuracy step's gradient norm.  The wait itself may differ: a queue
-refilled during validation or the profiler's start feeds a data-bound step at once.  Where one does not, the steps were not timed alike (an asynchronous step
-timed from its dispatch once made the untimed phases x600 faster than the timed ones) or the machine changed
-between phases; the trial says so in words (a warning note) and as data (``TrialResult.phase_agreement``)."""
+agree, within the profiler's overhead and the accuracy step's gradient norm. The wait itself may differ: a queue
+refilled during validation or the profiler's start feeds a data-bound step at once. Where one does not, the steps
+were not timed alike (an asynchronous step timed from its dispatch once made the untimed phases x600 faster than the
+timed ones) or the machine changed between phases; the trial says so in words (a warning note) and as data
+(``TrialResult.phase_agreement``)."""
 
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ def compute_ms(record: StepRecord) -> float:
 
 
 def phase_medians(records: list[StepRecord], timed: list[StepRecord]) -> dict[str, float]:
-    """Median compute time (ms, ``compute_ms``) of each phase's completed steps: the accuracy window without its compiling first step, the last
-    ``STEADY_WARMUP`` warm-up/drain steps before the first timed step, ``timed`` (a paired process's arm A), the
-    profiled steps without the first (it starts the profiler)."""
+    """Median compute time (ms, ``compute_ms``) of each phase's completed steps: the accuracy window without its
+    compiling first step, the last ``STEADY_WARMUP`` warm-up/drain steps before the first timed step, ``timed``
+    (a paired process's arm A), the profiled steps without the first (it starts the profiler)."""
     first_timed = next((i for i, r in enumerate(records) if r.phase == "timed"), len(records))
     groups = {
         "accuracy": [r for r in records if r.phase == "accuracy"][1:],
