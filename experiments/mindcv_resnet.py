@@ -1,7 +1,7 @@
 """A model from a MindSpore model library as a perftune workload: mindcv's ResNet-18 on synthetic 32x32 images.
 
-Shows perftune beside a user's stack (.ci/README.md, "Compatibility"): with mindcv in the venv that holds perftune (it is
-in the ``test`` extra), ``perftune run experiments/mindcv_resnet.yaml`` from the repository root.  mindcv 0.3.0
+Shows perftune beside a user's stack (.ci/README.md, "Compatibility"): with mindcv in the venv that holds perftune
+(it is in the ``test`` extra), ``perftune run experiments/mindcv_resnet.yaml`` from the repository root.  mindcv 0.3.0
 declares only ``numpy>=1.17, PyYAML>=5.3, tqdm``, so it installs beside every supported MindSpore and NumPy.
 mindcv builds its models in inference mode; the burst's train step switches them to training.
 

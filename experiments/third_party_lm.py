@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 import mindspore as ms
+import numpy as np
 from mindspore import nn, ops
 from mindspore.common.initializer import Normal, initializer
 

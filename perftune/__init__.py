@@ -1,6 +1,6 @@
 """perftune: a performance-tuning experiment runner for MindSpore training."""
 
-__version__ = "0.1.0"
+from perftune.version import __version__  # noqa: F401  (the one place it is set)
 
 
 def load_results(path):

@@ -42,7 +42,7 @@ class SweepProgressDisplay:
     """The sweep's progress on stderr: a tqdm bar on a terminal; otherwise (CI logs, ``nohup``) each line as it
     happens (a process measured, a verdict), flushed, with the lines done of those expected, the time elapsed and an
     estimate of the time left (elapsed per line x lines left); or nothing.  The lines come worded by the sweep
-    (``perftune.report.reasons``, the one renderer of decisions), and are printed as they are."""
+    (``perftune.words.reasons``, the one renderer of decisions), and are printed as they are."""
 
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
@@ -153,6 +153,8 @@ def knobs_command() -> None:
         click.echo(f"  backends: {', '.join(backends)}")
         if knob.pairable:
             click.echo("  compared: pairable (one process, both pipelines, alternating windows; decision.paired)")
+        if knob.retry_when_slower:
+            click.echo("  stack:    retried on top of the stack even when slower alone (decision.retry_on_stack)")
         route = {"context": "set before the script, kept against its set_context", "dataset":
                  "mindspore.dataset.config", "model": "where the script builds Model / calls Model.train"}
         click.echo(f"  script:   {route.get(knob.script_route, 'only through workload.knob_args')}")
@@ -297,7 +299,8 @@ def compare_command(old: Path, new: Path, threshold_text: str, metric: str, mark
         if os.environ.get("PERFTUNE_DEBUG"):
             raise
         raise UserError(f"compare could not use {old} and {new} ({type(exc).__name__}: "
-                        f"{str(exc).splitlines()[0][:200] if str(exc) else 'no message'}); no verdict (a bug in perftune "
+                        f"{str(exc).splitlines()[0][:200] if str(exc) else 'no message'}); "
+                        "no verdict (a bug in perftune "
                         "if both are perftune's files: PERFTUNE_DEBUG=1 shows the traceback)") from None
     if markdown is not None:
         _write_file(markdown, render_markdown(report))

@@ -9,15 +9,23 @@ from typing import Callable, Optional
 
 from perftune.engine.blocked import node_summary
 from perftune.engine.plan_load import load_plan, parse_set_options
-from perftune.engine.specs import make_spec
 from perftune.engine.progress import SweepProgress
 from perftune.engine.script_plan import check_set_routes
+from perftune.engine.specs import make_spec
 from perftune.engine.sweep import run_sweep, utc_now
-from perftune.io.outdir import (FolderLock, cannot_write, check_own_folder, check_own_trial_folder,
-                                check_profiler_path, clear_own, lock_folder, mark_own)
-from perftune.io.plan import Plan, ScriptWorkload
 from perftune.errors import UserError
 from perftune.io.files import RESULTS_NAME
+from perftune.io.outdir import (
+    FolderLock,
+    cannot_write,
+    check_own_folder,
+    check_own_trial_folder,
+    check_profiler_path,
+    clear_own,
+    lock_folder,
+    mark_own,
+)
+from perftune.io.plan import Plan, ScriptWorkload
 from perftune.io.records import TrialResult
 from perftune.io.store import write_json_atomic
 from perftune.io.sweep_records import SweepResult
@@ -25,7 +33,6 @@ from perftune.report.tables import write_tables
 from perftune.runner import run_trial
 from perftune.runner.cgroup import containment_probe, driver_tag
 from perftune.runner.reaper import kill_driver_leftovers
-
 
 #: errors that mean the output cannot be written (not a bug): read-only file system, no space, quota, permission
 WRITE_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM)

@@ -124,8 +124,8 @@ def first_eager_op() -> None:
     import io
     import sys
 
-    import numpy as np
     import mindspore as ms
+    import numpy as np
 
     held, sys.stderr = sys.stderr, io.StringIO()
     try:

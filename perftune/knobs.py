@@ -13,12 +13,15 @@ from perftune.io.records import Note
 
 BACKENDS = ("CPU", "GPU", "Ascend")
 KnobGroup = Literal["data", "compute", "distributed"]
+KnobKind = Literal["choice", "int", "bool"]
+#: how a knob reaches a user's script from outside (``Knob.script_route``); "" = only through the plan's ``knob_args``
+ScriptRoute = Literal["context", "dataset", "model", ""]
 
 
 @dataclass(frozen=True)
 class Knob:
     name: str
-    kind: str  # "choice" | "int" | "bool"
+    kind: KnobKind
     default: Any
     help: str
     #: data | compute | distributed: the sweep tries a data-bound baseline's data knobs first, else the compute ones
@@ -35,10 +38,13 @@ class Knob:
     #: how the knob reaches a user's script (``workload: {script: ...}``) from outside: "context" (set before the
     #: script and kept against its own set_context), "dataset" (mindspore.dataset.config), "model" (where the
     #: script builds mindspore.train.Model / calls Model.train); "" = only through the plan's ``knob_args``
-    script_route: str = ""
+    script_route: ScriptRoute = ""
     #: a knob of the data pipeline alone (one pipeline's own argument, not process-wide state): a change of it is
     #: compared in one process, with both pipelines feeding one model in alternating windows (``engine/paired.py``)
     pairable: bool = False
+    #: a slower change is tried again on top of the stack (``decision.retry_on_stack``): a data-pipeline change's
+    #: extra threads only take cores from a compute-bound step, and can help once the stack made the step fast
+    retry_when_slower: bool = False
 
     def normalize(self, value: Any) -> Any:
         """YAML 1.1 reads ``on``/``off`` as booleans; give them back their names where the knob has those choices."""
@@ -55,7 +61,8 @@ class Knob:
         if self.kind == "int":
             if isinstance(value, bool) or not isinstance(value, int):
                 return f"allowed: an integer{self._range()}"
-            if (self.minimum is not None and value < self.minimum) or (self.maximum is not None and value > self.maximum):
+            too_low = self.minimum is not None and value < self.minimum
+            if too_low or (self.maximum is not None and value > self.maximum):
                 return f"allowed: an integer{self._range()}"
             return None
         if value in self.choices and not isinstance(value, bool):
@@ -92,24 +99,27 @@ KNOBS: dict[str, Knob] = {
              "no effect in pynative mode, where nothing is compiled", "compute",
              choices=("O0", "O1", "O2"), refused={"O2": ("CPU",)}, script_route="context"),
         Knob("graph_kernel", "choice", "off", "graph-kernel fusion of the graph-mode step (on = MindSpore's default "
-             "opt level, O1/O2 = --opt_level); no effect in pynative mode", "compute", choices=("off", "on", "O1", "O2"),
-             refused={"on": ("CPU",), "O1": ("CPU",), "O2": ("CPU",)}, script_route="context"),
+             "opt level, O1/O2 = --opt_level); no effect in pynative mode", "compute",
+             choices=("off", "on", "O1", "O2"), refused={"on": ("CPU",), "O1": ("CPU",), "O2": ("CPU",)},
+             script_route="context"),
         Knob("amp_level", "choice", "O0", "automatic mixed precision: O0 fp32, O1 white-list fp16, O2 most ops "
              "fp16 (BN fp32), O3 all fp16", "compute", choices=("O0", "O1", "O2", "O3"), script_route="model"),
         Knob("loss_scale", "choice", "none", "loss scaling for fp16 gradients: none, static (1024) or dynamic "
              "(grows 2x every 50 finite steps, halves and skips the update on overflow)", "compute",
              choices=("none", "static", "dynamic"), script_route="model"),
         Knob("num_parallel_workers", "int", 1, "dataset worker threads for map and batch (MindSpore refuses more than "
-             "the machine's cores)", "data", minimum=1, maximum=256, script_route="dataset", pairable=True),
+             "the machine's cores)", "data", minimum=1, maximum=256, script_route="dataset", pairable=True,
+             retry_when_slower=True),
         Knob("prefetch_size", "int", 16, "dataset queue depth per operator (ds.config.set_prefetch_size)", "data",
              minimum=1, maximum=1024, script_route="dataset"),
         Knob("dataset_autotune", "bool", False, "MindSpore's own dataset autotuning (ds.config.set_enable_autotune): "
              "it adjusts workers and queue sizes while training runs; compare it with perftune's choice", "data",
              script_route="dataset"),
         Knob("python_multiprocessing", "bool", False, "run the Python map in worker processes instead of threads "
-             "(escapes the GIL)", "data", pairable=True),
+             "(escapes the GIL)", "data", pairable=True, retry_when_slower=True),
         Knob("dataset_format", "choice", "numpy", "feed the data from NumPy arrays or from a MindRecord file "
-             "(written once per dataset and reused)", "data", choices=("numpy", "mindrecord"), pairable=True),
+             "(written once per dataset and reused)", "data", choices=("numpy", "mindrecord"), pairable=True,
+             retry_when_slower=True),
         Knob("drop_remainder", "bool", True, "drop the last incomplete batch (avoids a shape change and a "
              "recompile)", "data"),
         Knob("grad_accum_steps", "int", 1, "split each batch into k micro-batches and accumulate their gradients "
@@ -161,8 +171,13 @@ def in_group(group: KnobGroup) -> tuple[str, ...]:
 
 def pairable(name: str) -> bool:
     """Whether knob ``name`` changes only one pipeline's own arguments (``Knob.pairable``): such a change can be
-    compared inside one process, and is retried on the stack even when it was slower alone."""
+    compared inside one process."""
     return name in KNOBS and KNOBS[name].pairable
+
+
+def retry_when_slower(name: str) -> bool:
+    """Whether a slower change of knob ``name`` is still tried on top of the stack (``Knob.retry_when_slower``)."""
+    return name in KNOBS and KNOBS[name].retry_when_slower
 
 
 def format_value(value: Any) -> str:

@@ -19,8 +19,8 @@ import time
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 
-from perftune.errors import UserError
 from perftune.compat import first_eager_op
+from perftune.errors import UserError
 from perftune.io.peak_cache import PeakRecord, read_peak, write_peak
 
 DEFAULT_SIZE = 2048
@@ -42,9 +42,8 @@ def measure_peak(device: str = "CPU", size: int = DEFAULT_SIZE, seconds: float =
                  min_repeats: int = MIN_REPEATS) -> PeakRecord:
     """Time float32 ``ops.MatMul`` calls of ``size`` cubed in MindSpore (see the module docstring): at least
     ``min_repeats`` calls, and more until ``seconds`` have passed."""
-    import numpy as np
-
     import mindspore as ms
+    import numpy as np
     from mindspore import ops
 
     if size < 16:

@@ -45,9 +45,8 @@ def write_plan(folder: Path, **fields) -> Path:
 
 
 def run_sweep_cli(plan_path: Path, out: Path, *extra: str):
-    from perftune.compat import cli_runner
-
     from perftune.cli import main
+    from perftune.compat import cli_runner
 
     runner = cli_runner()
     return runner.invoke(main, ["sweep", str(plan_path), "--out", str(out), "--no-progress", *extra],

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from perftune.burst.meter import pair_schedule
+from perftune.burst.arms import pair_schedule
 from perftune.engine.sweep import Sweep
 from perftune.io.plan import AccuracyGate, Plan
 from perftune.io.records import Accuracy, Note, TrialResult, TrialSpec, WindowStats

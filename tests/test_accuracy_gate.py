@@ -7,16 +7,16 @@ import math
 
 import numpy as np
 import pytest
-
 from conftest import REPO
 
 from perftune.engine import seed_band, seed_runs
 from perftune.engine.accuracy import check
 from perftune.engine.plan_load import parse_plan
+from perftune.io.derived import failed_result
 from perftune.io.files import read_trial
 from perftune.io.plan import AccuracyGate
-from perftune.io.derived import failed_result
 from perftune.io.records import Accuracy, StepRecord, TrialResult
+from perftune.words.rules import sizing_text
 
 SAMPLES = 1280
 GATE = AccuracyGate(metric="val_loss", rel_tolerance=0.05, checkpoints=4)
@@ -60,7 +60,7 @@ def test_a_worsening_within_the_tolerance_but_far_beyond_seed_noise_is_refused_i
     val = next(j for j in gate.judgements if j.name == "val_loss")
     assert val.worse and val.spreads > 5
     # the plan's metric leads the reason, in seed spreads; the other worse figures are counted
-    assert gate.reason.startswith(f"val_loss 2.575 vs baseline seeds ") and f"{val.spreads:.1f} seed spreads worse" \
+    assert gate.reason.startswith("val_loss 2.575 vs baseline seeds ") and f"{val.spreads:.1f} seed spreads worse" \
         in gate.reason
     others = sum(j.worse for j in gate.judgements) - 1
     assert (f"{others} more figure(s) worse" in gate.reason) == (others > 0)
@@ -164,7 +164,7 @@ def test_the_window_runs_to_the_budget_while_the_loss_keeps_falling_and_says_so(
     assert [s.accuracy_samples for s in measure.specs[:2]] == [320, 38400]
     assert cal.sized and sized.accuracy.samples == cal.samples == 32000
     reach = cal.reach
-    assert reach.budget_bound and not reach.flat and 0 < reach.fall < 1 and "window_budget_s" in cal.sizing
+    assert reach.budget_bound and not reach.flat and 0 < reach.fall < 1 and "window_budget_s" in sizing_text(cal.sizing)
     assert reach.curve_samples == 38400 and reach.after_fall > 0.5  # it went on falling after the window
     probe = measure.specs[0]
     assert probe.burst.profile_steps == 0 and probe.burst.repeats == 1 and probe.burst.warmup_steps == 0
@@ -176,7 +176,7 @@ def test_the_seed_runs_vary_the_seed_not_the_data_and_have_their_own_ids():
     _, cal = seed_runs.calibrate(plan(samples=640, seeds=4), measure, None, say=lines.append)
     assert cal.seeds == [1, 2, 3] and len(cal.runs) == 3 and not cal.sized
     assert all(s.data_seed == 0 for s in measure.specs) and len({s.trial_id for s in measure.specs}) == 3
-    assert "640 samples" not in cal.sizing and "set by the plan" in cal.sizing
+    assert "640 samples" not in sizing_text(cal.sizing) and "set by the plan" in sizing_text(cal.sizing)
     assert lines and "4 seed(s)" in lines[0]
 
 
@@ -190,7 +190,7 @@ def test_a_budget_too_small_to_judge_is_extended_to_where_the_loss_fell_clearly(
     # 5 ms per step of 32 samples: 0.1 s buys 640 samples, where the loss fell only 13%; it fell 3 x the tolerance
     # (the old rule's ratio, 15%) by 768: the shortest window the gate can judge, whatever the budget
     assert cal.samples == 768 and cal.reach.clear_fall and not cal.reach.budget_bound
-    assert "past the budget" in cal.sizing and 0.12 < cal.reach.fall < 0.16  # a real fall: 1 - end / start
+    assert cal.sizing.how == "loss_fell" and 0.12 < cal.reach.fall < 0.16  # a real fall: 1 - end / start
 
 
 def test_step_unit_covers_every_batch_size_and_worker_count():
@@ -257,10 +257,11 @@ def test_a_scripts_own_seed_option_follows_the_seed_runs_and_its_metrics_are_jud
 
 
 def test_the_summary_says_how_the_gate_was_set_up_and_nothing_when_the_plan_fixed_it():
-    from perftune.io.sweep_records import AccuracyCalibration, SweepResult
+    from perftune.io.sweep_records import AccuracyCalibration, SweepResult, WindowSizing
     from perftune.report.window_words import window_lines
 
-    cal = AccuracyCalibration(samples=1280, sized=True, sizing="1280 samples, sized from the baseline", sizing_s=12.0,
+    cal = AccuracyCalibration(samples=1280, sized=True, sizing=WindowSizing(legacy="1280 samples, sized from the baseline"),
+                              sizing_s=12.0,
                               seeds=[1, 2, 3], runs=SEEDS, seeds_s=30.0)
     result = SweepResult(plan=plan(), started_utc="2026-01-01T00:00:00+00:00", accuracy_calibration=cal)
     assert window_lines(result) == [

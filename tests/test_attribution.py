@@ -21,11 +21,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from perftune.io.records import PHASES
 from perftune.profile.attribution import KINDS, attribute_phases, launch_kind, launch_table, recompute_share
 from perftune.profile.layouts import load_profile
 from perftune.profile.op_phase import classify_phase
 from perftune.profile.splits import compute_splits
-from perftune.io.records import PHASES
 
 PROFILES = Path(__file__).resolve().parent / "data" / "profiles"
 MODES_FORMS = [("graph", "cell"), ("graph", "function"), ("pynative", "cell"), ("pynative", "function")]
@@ -211,7 +211,7 @@ def test_attribute_phases_refuses_launches_that_do_not_split():
         attribute_phases(ops, launches, 0)
 
 
-# ---- real tiny_gpt profiles -------------------------------------------------------------------------------------------
+# ---- real tiny_gpt profiles ------------------------------------------------------------------------------------------
 
 
 def fixture(mode: str, form: str, variant: str = "") -> tuple[dict, object]:

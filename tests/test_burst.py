@@ -11,13 +11,13 @@ import numpy as np
 import psutil
 import pytest
 import yaml
-
 from conftest import TINY_BURST, TINY_MLP
+
 from perftune.cli import main
 from perftune.compat import cli_runner
 from perftune.engine.plan_load import accuracy_samples, lr_scale, parse_plan
-from perftune.io.records import Note
 from perftune.engine.specs import make_spec
+from perftune.io.records import Note
 from perftune.runner import run_trial
 
 
@@ -331,8 +331,8 @@ def test_a_distributed_burst_drains_its_cap_and_agrees_on_its_windows(tmp_path):
     asked = []
     alone, ranked = Meter(spec, tmp_path / "a"), Meter(spec, tmp_path / "b", agree=lambda v: asked.append(v) or 3 * v)
     for meter in (alone, ranked):
-        meter.drain_cap = 6
-    assert alone.drain_over(dry) and not ranked.drain_over(dry) and ranked.drain_over(dry * 2)
-    ranked.calibrate()
-    alone.calibrate()
-    assert asked == [alone.window_steps] and ranked.window_steps == 3 * alone.window_steps
+        meter.arms.drain_cap = 6
+    assert alone.arms.drain_over(dry) and not ranked.arms.drain_over(dry) and ranked.arms.drain_over(dry * 2)
+    ranked.windows.calibrate(dry)
+    alone.windows.calibrate(dry)
+    assert asked == [alone.windows.steps] and ranked.windows.steps == 3 * alone.windows.steps

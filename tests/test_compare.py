@@ -16,11 +16,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, TINY_MLP, run_sweep_cli, write_plan
+
 from perftune.cli import main
-from perftune.compat import cli_runner
 from perftune.compare.run import run_compare
+from perftune.compat import cli_runner
 
 
 @pytest.fixture(scope="session")

@@ -17,9 +17,9 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from packaging.requirements import Requirement
 
-from conftest import REPO
 from perftune.burst.failures import classify_failure
 from perftune.cli import SweepProgressDisplay, main
 from perftune.compat import MissingApi, cli_runner, lookup, recompute_cells, threads_configured

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import TINY_MLP, write_plan
 from test_faults import none_left, processes_with, wait_for
 

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from perftune.io.peak_cache import CACHE_ENV, PeakRecord, cache_path, peak_key, read_peak, write_peak
 from perftune.report import write_report
@@ -24,8 +25,6 @@ from perftune.report.extra import sweep_environment
 from perftune.report.figures_extra import loss_difference
 from perftune.report.load import load_folder
 from perftune.report.tables import process_label
-
-from conftest import REPO
 
 PEAK = 123.4e9
 

@@ -11,12 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import REPO
 
 from perftune.cli import main
 from perftune.report import export as ex
 from perftune.report.load import load_folder
-
-from conftest import REPO
 
 V1 = REPO / "tests" / "data" / "results_v1"
 
@@ -43,8 +42,8 @@ def check_tensorboard(sweep_dir: Path, tb: Path) -> int:
         acc = read_run(tb / names[t.trial_id])
         tags = set(acc.Tags()["scalars"])
 
-        def series(tag):
-            return [(e.step, e.value) for e in acc.Scalars(tag)] if tag in tags else []
+        def series(tag):  # called in this iteration only
+            return [(e.step, e.value) for e in acc.Scalars(tag)] if tag in tags else []  # noqa: B023
 
         losses = [(s.samples_seen, s.loss) for s in full.steps if s.loss is not None]
         assert [x for x, _ in series(ex.TAG_LOSS)] == [x for x, _ in losses], t.label

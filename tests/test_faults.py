@@ -15,7 +15,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import TINY_MLP, run_sweep_cli, write_plan
 
 REPO = Path(__file__).resolve().parent.parent

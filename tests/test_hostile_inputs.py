@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
-from perftune.compat import cli_runner
-from perftune.cli import main
 from test_faults import tmpfs
+
+from perftune.cli import main
+from perftune.compat import cli_runner
 
 V1 = REPO / "tests" / "data" / "results_v1"
 DEEP = 200_000

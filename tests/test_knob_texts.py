@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from perftune.compat import cli_runner
 from perftune.cli import main
+from perftune.compat import cli_runner
 from perftune.knobs import KNOBS
 
 

@@ -21,6 +21,7 @@ from typing import Optional
 
 import numpy as np
 import pytest
+from scripted_sweeps import FIXED_WINDOW, Script, ScriptedRunner
 
 from perftune.engine.lanes import ParallelRunner, run_lanes
 from perftune.engine.race import EXCLUDED, Lanes, Race, plan_round
@@ -29,7 +30,6 @@ from perftune.engine.sweep import Sweep
 from perftune.io.plan import Plan
 from perftune.io.records import NodeRecord, TrialResult, TrialSpec
 from perftune.io.store import write_json_atomic
-from scripted_sweeps import FIXED_WINDOW, Script, ScriptedRunner
 
 
 class LaneRunner(ScriptedRunner):

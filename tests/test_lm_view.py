@@ -239,7 +239,7 @@ def test_the_documented_third_party_wrapper_runs_a_burst(tmp_path, monkeypatch):
     assert "tokens/s" in result.output and "perplexity" in result.output and "sample " in result.output
 
 
-# ---- words that fit the model (issue 28 item 4): one perplexity rule for every output ---------------------------------
+# ---- words that fit the model (issue 28 item 4): one perplexity rule for every output --------------------------------
 def measured_trial(accuracy: Accuracy, tokens_per_sample: int | None) -> TrialResult:
     return TrialResult(trial_id="t1", status="ok", workload="w", device="CPU", knobs={}, burst=BurstSettings(),
                        samples_per_s=100.0,
@@ -249,8 +249,8 @@ def measured_trial(accuracy: Accuracy, tokens_per_sample: int | None) -> TrialRe
 
 
 def test_a_classifier_gets_no_perplexity_and_is_told_it_has_no_accuracy_metric(tmp_path):
-    from perftune.engine import lm
     from perftune.report.summary import trial_summary
+    from perftune.words import lm
 
     # the issue's case: a classifier's validation loss of 323 made a 141-digit "perplexity"
     classifier = measured_trial(acc(val_loss=323.0, perplexity=math.exp(323.0), repetition_rate=None), None)
@@ -266,8 +266,8 @@ def test_a_classifier_gets_no_perplexity_and_is_told_it_has_no_accuracy_metric(t
 
 
 def test_a_language_model_perplexity_is_a_number_until_it_overflows(tmp_path):
-    from perftune.engine import lm
     from perftune.report.summary import trial_summary
+    from perftune.words import lm
 
     model = measured_trial(acc(val_loss=3.1, perplexity=math.exp(3.1)), 16)
     assert "perplexity 22.20" in trial_summary(model, tmp_path) and lm.perplexity(model) == pytest.approx(22.198, 1e-3)

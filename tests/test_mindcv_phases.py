@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO
+
 from perftune.engine.plan_load import load_plan
 from perftune.engine.specs import make_spec
 from perftune.profile.layouts import load_profile

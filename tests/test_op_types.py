@@ -11,7 +11,7 @@ ranges, the share placed by time) runs on scripted op tables: no timing.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pandas as pd
@@ -21,7 +21,7 @@ from perftune.profile.columns import OP_COLUMNS
 from perftune.profile.layouts import ProfileData, load_profile
 from perftune.profile.op_phase import OPTIMIZER_OP_TYPES, is_gradient_type, phase_rule
 from perftune.profile.splits import FAR_SCALE, compute_splits, phase_ranges
-from perftune.report.split_notes import split_notes, warning_text
+from perftune.words.split_notes import split_notes, warning_text
 
 HERE = Path(__file__).resolve().parent / "data" / "profiles" / "op_types"
 TABLE = json.loads((HERE / "table.json").read_text())
@@ -30,7 +30,7 @@ SCENARIOS = sorted(TABLE)
 FORWARD_TYPES = {"Conv2D", "BatchNorm", "MaxPool", "HSwish", "HSigmoid", "GeLU", "Softmax", "LayerNorm", "ReLU", "Erf"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def profile(name: str) -> ProfileData:
     return load_profile(HERE / name)
 

@@ -8,13 +8,13 @@ windows and files, never which arm was faster."""
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
-
 from conftest import TINY_MLP
 from scripted_sweeps import Script, make_sweep
-from perftune.burst.meter import Meter, pair_schedule
+
+from perftune.burst.arms import pair_schedule
+from perftune.burst.meter import Meter
 from perftune.engine.paired import ARM_EFFECT_SD, PairedRun, decide_paired, pairable_change, paired_run
 from perftune.engine.plan_load import parse_plan
 from perftune.engine.sequential import futile
@@ -68,7 +68,7 @@ def test_paired_decisions_on_simulated_blocks():
     assert abs(both.ratio - 1.0) < 1e-3
     one = decide_paired(simulated(0.0, 1, random.Random(1), arm=0.0, block_sd=1e-4, tau=1e-4), policy, looks=1)
     assert one.resolution > 2 * ARM_EFFECT_SD
-    assert both.design == "paired" and both.blocks == 2 and both.paired_blocks == 12
+    assert both.design == "paired" and both.blocks == 2 and both.paired.blocks == 12
 
 
 #: paired processes recorded by a quickstart sweep (``perftune sweep experiments/quickstart.yaml``, commit 14a8dab,

@@ -17,9 +17,9 @@ from itertools import groupby
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, TINY_MLP
 from workloads_for_tests import model_job
+
 from perftune.engine.plan_load import parse_plan
 from perftune.engine.specs import make_spec
 from perftune.io.records import TrialResult

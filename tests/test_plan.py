@@ -9,9 +9,16 @@ import yaml
 
 from perftune.cli import main
 from perftune.compat import cli_runner
+from perftune.engine.plan_load import (
+    PlanError,
+    accuracy_samples,
+    baseline_knobs,
+    load_plan,
+    parse_plan,
+    parse_set_options,
+)
 from perftune.errors import UserError
 from perftune.knobs import KNOBS
-from perftune.engine.plan_load import PlanError, accuracy_samples, baseline_knobs, load_plan, parse_plan, parse_set_options
 
 # plan validation is pydantic's and PyYAML's work: cheap, so checked on the oldest supported set too
 pytestmark = pytest.mark.smoke

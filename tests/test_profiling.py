@@ -177,7 +177,7 @@ def test_ascend_splits_use_step_trace():
 @pytest.mark.smoke
 @pytest.mark.parametrize("scenario", ALL)
 def test_splits_add_up_to_the_measured_step(scenario):
-    for prof, timing, sp in splits_of(scenario):
+    for _prof, timing, sp in splits_of(scenario):
         total = sum(getattr(sp, f"{p}_ms") for p in PHASES)
         assert total == pytest.approx(timing["step_ms"], rel=1e-9), "exact by construction"
         assert abs(total - timing["step_ms"]) <= 0.05 * timing["step_ms"]

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import re
 
-from perftune.cli import SweepProgressDisplay
 from scripted_sweeps import Script, make_sweep
+
+from perftune.cli import SweepProgressDisplay
 
 COUNTER = re.compile(r"\[(\d+)/(\d+) done, (?:\d+ min )?\d+ s elapsed(, ~(?:\d+ min )?\d+ s left|, none left)?\]$")
 

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import REPO, TINY_MLP, write_plan
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'perftune[ray]'; the test extra has it)")

@@ -56,7 +56,7 @@ def copy_sweep(src: Path, dst: Path) -> Path:
     return dst
 
 
-# ---- the browser: Selenium 4 driving Debian's chromium through its chromium-driver ------------------------------------
+# ---- the browser: Selenium 4 driving Debian's chromium through its chromium-driver -----------------------------------
 def chrome_driver(exe: str, work: Path, width: int):
     """A headless Chromium under Selenium, with the browser's console and network logs kept for the checks."""
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed: pip install -e '.[test]'")

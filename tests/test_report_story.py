@@ -18,10 +18,10 @@ import pytest
 from perftune.io.files import read_sweep
 from perftune.report import write_report
 from perftune.report.figures import loss_plot
-from perftune.report.format import count_word, speed_text, time_ratio_text, verdict_counts
 from perftune.report.notes import bottleneck_note, tried_changes
 from perftune.report.summary import sweep_summary, trial_summary
 from perftune.report.tables import markdown_report
+from perftune.words.format import count_word, speed_text, time_ratio_text, verdict_counts
 
 SAMPLE = Path(__file__).resolve().parents[1] / "reports" / "sample"
 

@@ -9,14 +9,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from perftune.engine.sweep import Sweep
 from perftune.errors import UserError
 from perftune.io.files import read_sweep, read_trial
 from perftune.io.records import RESULTS_SCHEMA_VERSION, TRIAL_SCHEMA_VERSION, Note
 from perftune.io.schema import note_from_text
-
-from conftest import REPO
 
 # upgrades of older files go through pydantic and the JSON readers: cheap, so checked on the oldest set too
 pytestmark = pytest.mark.smoke
@@ -38,7 +37,7 @@ def v1_copy(tmp_path) -> Path:
 
 def test_the_fixture_is_version_1():
     raw = json.loads((V1 / "results.json").read_text())
-    assert raw["schema_version"] == 1 and RESULTS_SCHEMA_VERSION == 5 and TRIAL_SCHEMA_VERSION == 4
+    assert raw["schema_version"] == 1 and RESULTS_SCHEMA_VERSION == 6 and TRIAL_SCHEMA_VERSION == 4
     assert any(SINK_NOTE in t["result"]["notes"] for t in raw["trials"])
 
 
@@ -134,8 +133,8 @@ def test_upgrade_to_2_infers_kind_and_knob_from_a_string_note(text, kind, knob):
 def test_version_3_reasons_are_lifted_once_and_rendered_in_the_one_convention():
     """Results schema 4 stores reasons as data; a version-3 reason (``x0.574 [0.441, 0.731]`` in its prose) has its
     ratios lifted out by the upgrade, at the full precision of the comparison it was written from."""
-    from perftune.report.format import speed_text
-    from perftune.report.reasons import reason_text
+    from perftune.words.format import speed_text
+    from perftune.words.reasons import reason_text
 
     sample = REPO / "tests" / "data" / "results_v3"  # the quickstart sample as written before schema 4
     raw = json.loads((sample / "results.json").read_text())
@@ -152,3 +151,35 @@ def test_version_3_reasons_are_lifted_once_and_rendered_in_the_one_convention():
         old = next(x for x in raw["trials"] if x["trial_id"] == t.trial_id and x["reason"] == t.reason)
         words = [p.text for p in t.why.legacy if p.ratio is None]
         assert all(w in old["reason"] for w in words)  # the words are the old ones
+
+
+@pytest.mark.parametrize("folder", ["tests/data/results_v1", "tests/data/results_v3", "reports/sample"])
+def test_version_5_prose_rules_are_kept_whole_as_legacy_text(folder):
+    """Results schema 6 stores the order rule, the multiplicity rule and the window's sizing as data; an older file's
+    prose is kept as written and printed as it was."""
+    from perftune.words.rules import multiplicity_text, order_rule_text, sizing_text
+
+    raw = json.loads((REPO / folder / "results.json").read_text())
+    sweep = read_sweep(REPO / folder)
+    assert order_rule_text(sweep.order_rule) == raw.get("order_rule", "")
+    assert multiplicity_text(sweep.multiplicity) == (raw.get("multiplicity") or "")
+    cal = raw.get("accuracy_calibration")
+    assert sizing_text(sweep.accuracy_calibration.sizing if sweep.accuracy_calibration else None) == \
+        ((cal or {}).get("sizing") or "")
+
+
+def test_the_rules_as_data_say_what_the_prose_said():
+    """The words of ``perftune.words.rules`` are those the engine wrote as prose before schema 6 (the sample's)."""
+    from perftune.io.sweep_records import Multiplicity, OrderRule, WindowSizing
+    from perftune.words.rules import multiplicity_text, order_rule_text, sizing_text
+
+    raw = json.loads((REPO / "reports" / "sample" / "results.json").read_text())
+    share = raw["order_rule"].split("waits for data ")[1].split("%")[0]
+    rule = OrderRule(data_share=int(share) / 100, threshold=0.25, first="compute")
+    assert order_rule_text(rule) == raw["order_rule"]
+    n = int(raw["multiplicity"].split("the ")[1].split(" ")[0])
+    assert multiplicity_text(Multiplicity(comparisons=n, false_discovery_rate=0.05, looks=4)) == raw["multiplicity"]
+    sized = raw["accuracy_calibration"]["sizing"]
+    fell = int(sized.split("fell ")[1].split("%")[0]) / 100
+    assert sizing_text(WindowSizing(how="loss_fell", samples=int(sized.split(" ")[0]), loss_fall=fell,
+                                    fall_factor=3.0, tolerance=0.05)) == sized, sized

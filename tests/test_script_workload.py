@@ -18,16 +18,16 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-
 from conftest import REPO, run_sweep_cli
 from workloads_for_tests import model_job
+
 from perftune.cli import main
-from perftune.report.format import rate
 from perftune.engine.plan_load import PlanError, load_plan
 from perftune.engine.specs import make_spec
 from perftune.io.records import TrialResult, TrialSpec
 from perftune.io.sweep_records import SweepResult
 from perftune.runner import run_trial
+from perftune.words.format import rate
 
 EXAMPLE = REPO / "experiments" / "script_workload"
 #: drain_s of a microsecond: exactly one drain step (its time bound ends it), so the step counts are known
@@ -106,7 +106,7 @@ def test_a_knob_with_knob_args_has_a_route(scripts):
     assert run.exit_code == 0 and "script:train.py" in run.output
 
 
-# -- the pipeline read-back ---------------------------------------------------------------------------------------------
+# -- the pipeline read-back --------------------------------------------------------------------------------------------
 
 def test_pipeline_read_back_names_the_operators_a_script_pins():
     import mindspore.dataset as ds
@@ -128,7 +128,7 @@ def test_pipeline_read_back_names_the_operators_a_script_pins():
     assert "num_parallel_workers=1 on map(slow_decode)" in note.text
 
 
-# -- the meter, driven by scripted steps ---------------------------------------------------------------------------------
+# -- the meter, driven by scripted steps -------------------------------------------------------------------------------
 
 def test_meter_runs_the_burst_phases_in_order(tmp_path):
     from perftune.burst.meter import Meter
@@ -175,11 +175,11 @@ def test_meter_runs_the_burst_phases_in_order(tmp_path):
     while meter.phase != "timed":
         meter.begin()
         meter.end(1.0, 32)
-    assert meter.window_steps == 100 * BURST["steps"]  # 60 s of sub-millisecond steps: the 100x cap
+    assert meter.windows.steps == 100 * BURST["steps"]  # 60 s of sub-millisecond steps: the 100x cap
     assert any("calibrated to 500 steps" in n.text for n in meter.result.notes)
 
 
-# -- real bursts of the example script ------------------------------------------------------------------------------------
+# -- real bursts of the example script ---------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def sweep(scripts) -> Path:

@@ -21,7 +21,7 @@ from perftune.engine.verdicts import record, verdict
 from perftune.io.plan import BurstSettings
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import ComparisonRecord, SweepTrial, Why
-from perftune.report.reasons import comparison_text, reason_text
+from perftune.words.reasons import comparison_text, reason_text
 
 
 class Machine:
@@ -118,7 +118,7 @@ def test_blocks_cancel_drift_that_an_unpaired_comparison_would_call_a_change():
 
 def test_equivalent_when_the_interval_lies_inside_the_margin():
     runs = []
-    for i in range(12):
+    for _ in range(12):
         runs += [ProcessRun("base", (100.0,)), ProcessRun("same", (100.2,))]
     runs.append(ProcessRun("base", (100.0,)))
     quiet = Noise(var=0.01**2, df=200)
@@ -199,7 +199,7 @@ def test_the_words_say_what_was_decided_and_what_would_resolve_an_open_compariso
     assert narrow.ci_high - narrow.ci_low < wide.ci_high - wide.ci_low and narrow.level == pytest.approx(0.95, abs=1e-4)
 
 
-# -- the verdict's precedence (perftune.engine.verdicts): timing never outranks what the burst knows --------------------
+# -- the verdict's precedence (perftune.engine.verdicts): timing never outranks what the burst knows -------------------
 def comparison(outcome: str, ratio: float) -> ComparisonRecord:
     return ComparisonRecord(reference="baseline", ratio=ratio, ci_low=ratio * 0.95, ci_high=ratio * 1.05,
                             p_value=0.001, verdict=outcome, df=20, processes=2)

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +22,7 @@ import scipy.stats as sps
 from perftune.io.records import PHASES
 from perftune.profile.layouts import ProfileData, load_profile
 from perftune.profile.splits import compute_splits
-from perftune.report.split_notes import split_notes, warning_text
+from perftune.words.split_notes import split_notes, warning_text
 
 PROFILES = Path(__file__).resolve().parent / "data" / "profiles"
 REPEATS = [f"repeat_pynative_cell_run{i}" for i in (1, 2, 3)]
@@ -30,7 +30,7 @@ REPEATS = [f"repeat_pynative_cell_run{i}" for i in (1, 2, 3)]
 P_NOISE = 0.01
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(name: str) -> tuple[ProfileData, dict]:
     timing = json.loads((PROFILES / name / "expected.json").read_text())["ranks"]["0"]
     return load_profile(PROFILES / name / timing["profile_root"]), timing

@@ -12,7 +12,7 @@ from perftune.engine import knee, stack_check
 from perftune.engine.plan_load import parse_plan
 from perftune.io.accuracy_window import StackCheck
 from perftune.io.records import Accuracy, StepRecord, TrialResult
-from perftune.io.sweep_records import AccuracyCalibration, SweepResult
+from perftune.io.sweep_records import AccuracyCalibration, SweepResult, WindowSizing
 
 
 def plateau(tau: float, floor: float = 0.5, top: float = 2.77, samples: int = 20000, batch: int = 32,
@@ -172,7 +172,7 @@ def test_verify_passes_a_harmless_stack_and_skips_what_it_cannot_check():
 # -- words -------------------------------------------------------------------------------------------------------------
 
 def result_with(check: StackCheck) -> SweepResult:
-    cal = AccuracyCalibration(samples=1024, sized=True, sizing="1024 samples, sized from the baseline")
+    cal = AccuracyCalibration(samples=1024, sized=True, sizing=WindowSizing(legacy="1024 samples, sized from the baseline"))
     return SweepResult(plan=sized_plan(), started_utc="2026-01-01T00:00:00+00:00", accuracy_calibration=cal,
                        stack_check=check)
 

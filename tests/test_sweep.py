@@ -12,11 +12,12 @@ from pathlib import Path
 import pandas as pd
 import psutil
 import pytest
+from conftest import TINY_MLP, run_sweep_cli, write_plan
 
 import perftune
-from conftest import TINY_MLP, run_sweep_cli, write_plan
 from perftune.io.records import RESULTS_SCHEMA_VERSION
 from perftune.io.sweep_records import SweepResult
+from perftune.words.rules import multiplicity_text, order_rule_text
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -65,11 +66,11 @@ def test_data_bound_sweep_runs_every_trial_and_records_its_decisions(quick_sweep
         assert 1 <= c.processes <= 2 and c.reference_processes >= 2 and c.noise_sd > 0 and c.reason
         if not t.result.contended_windows:
             assert not t.excluded
-    assert result.noise_sd > 0 and "Benjamini-Hochberg" in result.multiplicity
+    assert result.noise_sd > 0 and "Benjamini-Hochberg" in multiplicity_text(result.multiplicity)
     # the order rule follows the first baseline's own data-wait share (the fixture makes it data-bound)
     first = result.trials[0].result
     share = first.data_wait_ms_median / first.step_ms_median
-    assert f"waits for data {share:.0%}" in result.order_rule
+    assert f"waits for data {share:.0%}" in order_rule_text(result.order_rule)
     expected_first = "+num_parallel_workers=2" if share >= 0.25 else "+mode=pynative"
     assert [t.label for t in result.trials if t.kind == "single"][0] == expected_first
     # A/A: the baseline measured again later is compared with its first run

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from scripted_sweeps import Script, make_sweep
 
 from perftune.engine.sweep import Sweep
 from perftune.io.records import Note
 from perftune.io.sweep_records import SweepResult
-from perftune.report.reasons import decision_line
-from scripted_sweeps import Script, make_sweep
+from perftune.words.reasons import decision_line
+from perftune.words.rules import multiplicity_text, order_rule_text
 
 
 def singles(result: SweepResult) -> dict:
@@ -229,7 +230,8 @@ def test_round_one_interleaves_the_baseline_and_open_comparisons_race_until_equi
     assert repeats and all(t.replicate > 0 and t.verdict == "measured" for t in repeats)
     # the noise the sweep measured is recorded, with the prior's and the observed degrees of freedom
     assert 0 < result.noise_sd < 0.07 and result.noise_df == result.noise_observed_df + 4
-    assert "Benjamini-Hochberg" in result.multiplicity and "4 one-at-a-time comparisons" in result.multiplicity
+    assert "Benjamini-Hochberg" in multiplicity_text(result.multiplicity)
+    assert "4 one-at-a-time comparisons" in multiplicity_text(result.multiplicity)
     assert result.aa_check.reference == "baseline (run 1)" and result.aa_check.verdict == "not significant"
     assert on_disk(sweep) == result
 
@@ -350,10 +352,11 @@ def test_order_rule(tmp_path, data_share, first):
     result = sweep.run()
     measured = [c[0] for c in runner.calls if c[0] != "baseline" and "(A/A, paired" not in c[0]]
     if data_share >= 0.25:
-        assert "waits for data 50%" in result.order_rule and "data-pipeline knobs first" in result.order_rule
+        assert "waits for data 50%" in order_rule_text(result.order_rule)
+        assert "data-pipeline knobs first" in order_rule_text(result.order_rule)
         assert measured == ["+prefetch_size=32", "+num_parallel_workers=2", "+mode=pynative"]
     else:
-        assert "compute knobs first" in result.order_rule
+        assert "compute knobs first" in order_rule_text(result.order_rule)
         assert measured == ["+mode=pynative", "+prefetch_size=32", "+num_parallel_workers=2"]
     assert [t.label for t in result.trials if t.kind == "single"][0] == first
 

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import psutil
-
 from conftest import TINY_MLP, run_sweep_cli, write_plan
 
 REPO = Path(__file__).resolve().parent.parent

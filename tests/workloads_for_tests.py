@@ -56,7 +56,6 @@ def newer_trial_file(params: dict, seed: int):
 def _escapees(marker: str) -> None:
     """A ``setsid`` grandchild and a double-forked daemon (its parent exits at once: it is re-parented), both
     sleeping with ``marker`` on their command line."""
-    import os
     import subprocess
     import sys
 

@@ -34,8 +34,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from experiments.benchmarks.harness import SMALL_GPT, fail, loadavg, log, make_plan, out_dir  # noqa: E402
-from perftune.engine.accuracy import check  # noqa: E402
 from perftune.engine import stack_check  # noqa: E402
+from perftune.engine.accuracy import check  # noqa: E402
 from perftune.engine.seed_runs import size_window, step_unit, window_spec  # noqa: E402
 from perftune.runner import run_trial  # noqa: E402
 

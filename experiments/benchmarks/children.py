@@ -1,4 +1,5 @@
-"""The benchmarks' child processes: ``python experiments/benchmarks/children.py plain|instrumented|peak JSON``.
+"""The benchmarks' child processes: ``python experiments/benchmarks/children.py COMMAND JSON`` (``plain``,
+``instrumented``, ``peak``, ``sync_loop``).
 
 ``plain``: a hand-written MindSpore training loop (no perftune harness) on a perftune workload; ``instrumented``: a
 perftune burst with a timer around each of its stages; ``peak``: the matmul peak.  Every measurement runs in a fresh
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from harness import phase_seconds  # importing harness also puts the repository on sys.path
 from matmul_peak import matmul_peak_mindspore, matmul_peak_numpy
+from sync_loop import child_sync_loop
 
 
 def child_plain(args: dict) -> dict:
@@ -30,10 +32,9 @@ def child_plain(args: dict) -> dict:
     """
     entered = time.time()
     t_import = time.perf_counter()
-    import numpy as np
-
     import mindspore as ms
     import mindspore.dataset as ds
+    import numpy as np
     from mindspore import nn
 
     from perftune.workloads import resolve
@@ -121,16 +122,16 @@ def child_plain(args: dict) -> dict:
 
 
 def child_instrumented(args: dict) -> dict:
-    """Run ``perftune.burst.phases.Burst`` on ``args['trial_dir']/spec.json`` with each stage timed.
+    """Run ``perftune.burst.own_workload.Burst`` on ``args['trial_dir']/spec.json`` with each stage timed.
 
-    Wraps the Burst methods by name (those that exist in this version of phases.py), the workload's ``generate``
+    Wraps the Burst methods by name (those that exist in this version of own_workload.py), the workload's ``generate``
     and the ``environment`` it calls (git calls).  Writes ``trial.json`` as the burst would."""
     entered = time.time()
     timings: dict[str, float] = {"process_start_s": entered - float(args["launch_time"])}
     t0 = time.perf_counter()
     import numpy  # noqa: F401
 
-    from perftune.burst import phases as burst_mod
+    from perftune.burst import own_workload as burst_mod
     from perftune.io.files import read_spec
     from perftune.io.store import write_json_atomic
 
@@ -198,7 +199,8 @@ def child_peak(args: dict) -> dict:
     return out
 
 
-CHILDREN = {"plain": child_plain, "instrumented": child_instrumented, "peak": child_peak}
+CHILDREN = {"plain": child_plain, "instrumented": child_instrumented, "peak": child_peak,
+            "sync_loop": child_sync_loop}
 
 
 def child_main(argv: list[str]) -> None:

@@ -8,12 +8,13 @@
    before the first burst and again after each one, so every burst is bracketed by two peak measurements (the
    machine is shared: the load moves the peak, and MFU is reported against the bracketing peaks as well as
    against the best peak seen).
-2. One perftune burst (``perftune.runner.run_trial``) per configuration: mlp (defaults, batch 32) and tiny_gpt (d=64, seq 64,
-   batch 16), each in graph and pynative mode (cell step), short bursts without profiling.
+2. One perftune burst (``perftune.runner.run_trial``) per configuration: mlp (defaults, batch 32) and tiny_gpt
+   (d=64, seq 64, batch 16), each in graph and pynative mode (cell step), short bursts without profiling.
 3. Per configuration: model FLOPs per step (``Workload.flops_per_sample`` x batch, as the trial records it),
    achieved FLOP/s (flops_per_sample x samples/s) and MFU against the MindSpore peak (and the NumPy peak).
 
-MFU is ``perftune.report.efficiency.trial_mfu(trial, peak)``, the report's own; the peaks come from ``children.py peak``.
+MFU is ``perftune.report.efficiency.trial_mfu(trial, peak)``, the report's own; the peaks come from
+``children.py peak``.
 Exit status 2 when it cannot measure; else 0.
 """
 
@@ -71,7 +72,8 @@ def main(argv=None) -> int:
     whens = ["start"] + [f"after {n} {m}" for n, m, _, _ in trials]
     for when, p in zip(whens, peaks):
         lines.append(f"  {when:<24} MindSpore {p['mindspore']['best_flops_per_s'] / g:7.1f} / "
-                     f"{p['mindspore']['median_flops_per_s'] / g:7.1f}    NumPy {p['numpy']['best_flops_per_s'] / g:7.1f} / "
+                     f"{p['mindspore']['median_flops_per_s'] / g:7.1f}    "
+                     f"NumPy {p['numpy']['best_flops_per_s'] / g:7.1f} / "
                      f"{p['numpy']['median_flops_per_s'] / g:7.1f}")
     lines.append(f"  peak used: MindSpore best {ms_peak / g:.1f} GFLOP/s (NumPy best {np_peak / g:.1f}, "
                  f"MindSpore/NumPy {ms_peak / np_peak:.2f})")

@@ -98,8 +98,8 @@ def _workload():
 
 
 def generate(cache: Path, steps: int) -> None:
-    import numpy as np
     import mindspore as ms
+    import numpy as np
     from mindspore import nn, ops
 
     from perftune.profile.session import ProfilerSession
@@ -171,8 +171,8 @@ def generate(cache: Path, steps: int) -> None:
         session.start()
         st, dw = timed(k)
         analyse_s = session.stop_and_analyse()
-        meta["profiles"][str(k)] = {"dir": out.name, "step_ms": statistics.fmean(st), "data_wait_ms": statistics.fmean(dw),
-                                    "analyse_s": analyse_s}
+        meta["profiles"][str(k)] = {"dir": out.name, "step_ms": statistics.fmean(st),
+                                    "data_wait_ms": statistics.fmean(dw), "analyse_s": analyse_s}
         print(f"  profiled {k} steps: {statistics.fmean(st):.1f} ms/step, analyse {analyse_s:.2f} s", flush=True)
     (cache / "meta.json").write_text(json.dumps(meta, indent=1))
     sys.stdout.flush()

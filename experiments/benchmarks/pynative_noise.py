@@ -36,8 +36,8 @@ OPTIONS = ("none", "gc", "affinity", "threads1", "dispatch1", "all1", "sync")
 
 
 def child(opt: str, seconds: float) -> None:
-    import numpy as np
     import mindspore as ms
+    import numpy as np
     from mindspore import nn
 
     ms.set_context(mode=ms.PYNATIVE_MODE)

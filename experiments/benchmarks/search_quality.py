@@ -83,6 +83,7 @@ def run(space: dict, rounds: int, out: Path, burst: dict, samples: int) -> tuple
     from perftune.commands import sweep as run_sweep
     from perftune.engine import accuracy as gate
     from perftune.engine import stats
+    from perftune.words.rules import order_rule_text
 
     params = c.SMALL_GPT
     plan = c.make_plan(
@@ -181,7 +182,7 @@ def run(space: dict, rounds: int, out: Path, burst: dict, samples: int) -> tuple
     if fastest_cfg != grid_best_cfg:
         lines.append(f"  (fastest overall, rejected by the accuracy gate: {label(fastest_cfg)})")
     lines.append(f"sweep: {len(ran)} trials run ({len(before_loo)} before leave-one-out), {sweep_wall / 60:.1f} min; "
-                 f"order rule: {result.order_rule}")
+                 f"order rule: {order_rule_text(result.order_rule)}")
     for t in result.trials:
         lines.append(f"  {t.kind:<14} {t.label:<55} {t.verdict:<16} {t.reason[:110]}")
     lines.append(f"  best: {result.best_label}; sweep's own figure vs baseline: "
@@ -207,7 +208,8 @@ def run(space: dict, rounds: int, out: Path, burst: dict, samples: int) -> tuple
         f"{vs_naive.ci_high:.2f}] (per round {', '.join(f'{x:.2f}' for x in per_round_naive)}); grid-best "
         f"x{grid_vs_naive.ratio:.2f}   target >= {TARGET_SPEEDUP:.0f}x",
         f"sweep-best accuracy vs naive: {plan.accuracy.metric} change "
-        f"{(acc.changes.get(plan.accuracy.metric) or 0):+.2%} -> {'within tolerance' if acc.ok else 'OUT: ' + acc.reason}; "
+        f"{(acc.changes.get(plan.accuracy.metric) or 0):+.2%} -> "
+        f"{'within tolerance' if acc.ok else 'OUT: ' + acc.reason}; "
         f"grid-best {(acc_g.changes.get(plan.accuracy.metric) or 0):+.2%} -> "
         f"{'within tolerance' if acc_g.ok else 'OUT: ' + acc_g.reason}",
     ]

@@ -32,14 +32,14 @@ import hashlib
 import math
 import statistics
 import subprocess
-from collections import Counter
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
-from harness import CannotMeasure, EXIT_CANNOT_MEASURE, fixed_cost, loadavg, log, make_plan, out_dir
+from harness import EXIT_CANNOT_MEASURE, CannotMeasure, fixed_cost, loadavg, log, make_plan, out_dir
 
 from perftune.engine.blocked import process_run
 from perftune.engine.sequential import blocks

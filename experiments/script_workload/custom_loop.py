@@ -7,10 +7,9 @@ goes over ``perftune.steps(...)`` and the step's loss goes to ``perftune.loss(..
 
 import argparse
 
-import numpy as np
-
 import mindspore as ms
 import mindspore.dataset as ds
+import numpy as np
 from mindspore import nn
 
 import perftune
@@ -22,6 +21,9 @@ def main():
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--samples", type=int, default=512)
     parser.add_argument("--validate-every", type=int, default=4, help="steps between validations")
+    parser.add_argument("--hidden", type=int, default=32, help="hidden width")
+    parser.add_argument("--layers", type=int, default=0, help="extra hidden layers (--hidden 1024 --layers 4: a step "
+                                                              "long enough to see an @ms.jit step return early)")
     args = parser.parse_args()
 
     rng = np.random.default_rng(0)
@@ -29,7 +31,8 @@ def main():
     y = (x.sum(axis=1, keepdims=True) > 0).astype(np.float32)
     data = ds.NumpySlicesDataset((x, y), column_names=["x", "y"], shuffle=False).batch(args.batch_size)
 
-    network = nn.SequentialCell(nn.Dense(16, 32), nn.ReLU(), nn.Dense(32, 1))
+    hidden = [cell for _ in range(args.layers) for cell in (nn.Dense(args.hidden, args.hidden), nn.ReLU())]
+    network = nn.SequentialCell(nn.Dense(16, args.hidden), nn.ReLU(), *hidden, nn.Dense(args.hidden, 1))
     loss_fn = nn.BCEWithLogitsLoss()
     optimizer = nn.SGD(network.trainable_params(), learning_rate=0.1)
 

@@ -8,16 +8,14 @@ images stand in for a dataset folder, so nothing is downloaded.
 
 import argparse
 
-import numpy as np
-
 import mindspore as ms
 import mindspore.dataset as ds
 import mindspore.dataset.vision as vision
-from mindspore.train import LossMonitor, Model, TimeMonitor
-
+import numpy as np
 from mindcv.loss import create_loss
 from mindcv.models import create_model
 from mindcv.optim import create_optimizer
+from mindspore.train import LossMonitor, Model, TimeMonitor
 
 
 class RandomImages:

@@ -13,10 +13,9 @@ throughput behind the code's back; --pin-decode-workers makes it explicit on the
 import argparse
 import time
 
-import numpy as np
-
 import mindspore as ms
 import mindspore.dataset as ds
+import numpy as np
 from mindspore import nn
 from mindspore.train import Callback, LossMonitor, Model, TimeMonitor
 

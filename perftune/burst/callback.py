@@ -153,9 +153,10 @@ def _dataset_batch_size(dataset) -> int:
 def steps(iterable: Iterable) -> Iterator:
     """``for batch in perftune.steps(iterator):`` -- a custom training loop measured by the script burst.
 
-    Outside a burst it yields the batches unchanged.  Inside one, each step's time runs from fetching its batch to
-    fetching the next; the loss is what ``perftune.loss`` was given during the step.  Once the burst has its steps
-    the loop (and the script) ends.
+    Outside a burst it yields the batches unchanged.  Inside one, a step ends when the loop asks for the next
+    batch, before it is fetched: the loss that ``perftune.loss`` was given during the step is read back then (an
+    ``@ms.jit`` step returns before its work is done), and the fetch is the next step's wait for its batch.  Once
+    the burst has its steps the loop (and the script) ends.
     """
     meter = active_meter()
     if meter is None:
@@ -165,15 +166,11 @@ def steps(iterable: Iterable) -> Iterator:
         raise KnobRefused(meter.loop_refusal)
     _active["loss"] = None
     meter.start()
-    previous = None
     for batch in iterable:
-        if previous is not None and meter.end(_take_loss(), batch_samples(previous)):
-            raise BurstDone()
         meter.begin()
-        previous = batch
         yield batch
-    if previous is not None and meter.end(_take_loss(), batch_samples(previous)):
-        raise BurstDone()
+        if meter.end(_take_loss(), batch_samples(batch)):
+            raise BurstDone()
 
 
 def _take_loss() -> Any:

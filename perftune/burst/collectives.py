@@ -8,7 +8,9 @@ Fault injection for tests: ``PERFTUNE_TEST_KILL_RANK=r`` and ``PERFTUNE_TEST_KIL
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -16,9 +18,10 @@ from typing import Optional
 import numpy as np
 
 from perftune import knobs as knob_registry
+from perftune.burst.failures import one_line
+from perftune.io.derived import rank_summary
 from perftune.io.files import NODE_RANK_ENV, rank_log_name
 from perftune.io.records import Note, RankSummary, TrialResult
-from perftune.io.derived import rank_summary
 
 
 @dataclass
@@ -91,3 +94,29 @@ def _env_int(name: str) -> Optional[int]:
         return int(os.environ[name])
     except (KeyError, ValueError):
         return None
+
+
+def fault_injection(kill_after: Optional[int], steps_done: int, rank: int) -> None:
+    """Test-only: a rank that dies after ``kill_after`` steps (see ``init_distributed``)."""
+    if kill_after is None or steps_done < kill_after:
+        return
+    if os.environ.get("PERFTUNE_TEST_KILL_SIGNAL") == "1":  # as the OOM killer or a user's kill -9 would
+        print(f"perftune: fault injection (PERFTUNE_TEST_KILL_RANK): rank {rank} is killed by SIGKILL "
+              f"after {steps_done} steps", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    print(f"perftune: fault injection (PERFTUNE_TEST_KILL_RANK): rank {rank} exits with code 9 after "
+          f"{steps_done} steps", file=sys.stderr, flush=True)
+    os._exit(9)
+
+
+def exchange_ranks(result: TrialResult, rank: int, world: int, trial_dir: Path) -> None:
+    """Every rank's summary to every rank (one collective), so each node's trial.json describes all ranks."""
+    mine = own_summary(result, rank, trial_dir)
+    result.world_size = world
+    try:
+        payloads = all_gather_bytes(mine.model_dump_json().encode(), rank, world)
+        result.ranks = [RankSummary.model_validate_json(p) for p in payloads]
+    except Exception as exc:  # noqa: BLE001 - the local figures still stand; the launcher says what is missing
+        result.notes.append(Note(kind="warning", text=f"rank {rank}: could not exchange the rank "
+                                                      f"summaries ({one_line(exc)})"))
+        result.ranks = [mine]

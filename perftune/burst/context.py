@@ -11,12 +11,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-
-from perftune import __version__, compat, knobs as knob_registry
+from perftune import __version__, compat
+from perftune import knobs as knob_registry
 from perftune.burst import amp_check
 from perftune.burst.failures import KnobRefused
 from perftune.io.records import Environment, Note, TrialSpec
-
 
 #: graph_kernel knob value -> set_context(graph_kernel_flags=...)
 GRAPH_KERNEL_FLAGS = {"on": "", "O1": "--opt_level=1", "O2": "--opt_level=2"}

@@ -11,7 +11,8 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
-from perftune import compat, knobs as knob_registry
+from perftune import compat
+from perftune import knobs as knob_registry
 from perftune.io.records import TrialSpec
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from perftune.burst.failures import classify_failure, first_logged_error
-from perftune.burst.phases import Burst
+from perftune.burst.own_workload import Burst
 from perftune.io.files import LOG_NAME, TRIAL_NAME, rank_dir_name, rank_log_name, read_spec
 from perftune.io.records import TrialSpec
 from perftune.io.store import write_json_atomic

@@ -1,11 +1,12 @@
 """From step records to a trial's figures, for the one phase machine (``meter.Meter``) whichever route drives it:
-perftune's own step loop (``phases.Burst``), a script's ``Model.train`` or custom loop, ``perftune.Callback``."""
+perftune's own step loop (``own_workload.Burst``), a script's ``Model.train`` or custom loop, ``perftune.Callback``."""
 
 from __future__ import annotations
 
 import math
 import os
 import resource
+from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
@@ -13,9 +14,9 @@ import numpy as np
 
 from perftune.burst import contention
 from perftune.burst.failures import one_line
-from perftune.io.plan import BurstSettings
-from perftune.io.records import Accuracy, Note, ProfileSummary, StepRecord, TrialResult, WindowStats
 from perftune.io.derived import throughput
+from perftune.io.plan import BurstSettings
+from perftune.io.records import Accuracy, Note, ProfileSummary, StepRecord, TrialResult, TrialSpec, WindowStats
 
 LOSS_TAIL_STEPS = 5  # the training loss at N samples is the mean of this many last steps
 
@@ -82,7 +83,8 @@ def calibrated_window_steps(burst: BurstSettings, warm_ms: list[float]) -> tuple
     """Steps per timed window: ``burst.steps``, or more where ``burst.min_window_s`` asks for longer windows.
 
     As pyperf and timeit calibrate their loops: the step time is the median of the warm-up steps after the
-    first (which compiled), and the window gets enough steps to last ``min_window_s`` (at most ``MAX_WINDOW_FACTOR`` x ``steps``).
+    first (which compiled), and the window gets enough steps to last ``min_window_s`` (at most
+    ``MAX_WINDOW_FACTOR`` x ``steps``).
     """
     warm = warm_ms[1:]
     if not burst.min_window_s or not warm:
@@ -120,7 +122,8 @@ def summarize_timed(result: TrialResult, timed: list[StepRecord], tokens_per_sam
     if not timed:
         return
     times = np.array([r.step_ms for r in timed])
-    result.samples_per_s = throughput(result.windows if windows is None else windows)  # batch / mean step, not a median of window figures
+    # batch / mean step, not a median of window figures
+    result.samples_per_s = throughput(result.windows if windows is None else windows)
     if tokens_per_sample and result.samples_per_s:
         result.tokens_per_s = result.samples_per_s * tokens_per_sample
     result.step_ms_median = float(np.median(times))
@@ -161,3 +164,31 @@ def analyse_profile(result: TrialResult, summary: ProfileSummary, records: list[
         result.memory.allocator_peak_bytes = data.peak_allocated_bytes
     except Exception as exc:
         summary.error = one_line(exc)
+
+
+def process_notes(spec: TrialSpec, windows: int) -> list[Note]:
+    """What kind of process this is, for a person reading the trial."""
+    if spec.pair is not None:
+        return [Note(kind="info", text=(
+            f"paired process: {spec.pair.reference_label} (arm A) and {spec.pair.label} (arm B) fed one model "
+            f"from two pipelines, {windows} timed windows in ABBA/BAAB order; the throughput figures "
+            "are arm A's, the comparison is the sweep's"))]
+    if spec.replicate > 0:
+        return [Note(kind="info", text=(
+            f"repeat process {spec.replicate + 1} of this configuration: the profile comes from its first "
+            "process; the accuracy window ran too, so that every process is timed after the same history"))]
+    return []
+
+
+def finish_notes(batch_sizes: Counter, sink_steps: int) -> list[Note]:
+    """How the figures were made where the steps were unusual: batches of several sizes, dataset sinking."""
+    notes = []
+    if len(batch_sizes) > 1:
+        notes.append(Note(kind="info", text=(
+            f"the batches had {len(batch_sizes)} sizes ({', '.join(str(b) for b in sorted(batch_sizes))}); "
+            "throughput counts the samples taken")))
+    if sink_steps:
+        notes.append(Note(kind="info", knob="dataset_sink_mode", text=(
+            f"dataset_sink_mode: MindSpore reported {sink_steps} steps in sinks, one callback per sink; "
+            "each step's time is its sink's time over the sink's steps")))
+    return notes

@@ -33,7 +33,7 @@ from perftune.io.derived import failed_result
 
 
 class ScriptBurst:
-    """Same face as ``phases.Burst`` for ``main``: ``run()``, ``result``, ``memory()``."""
+    """Same face as ``own_workload.Burst`` for ``main``: ``run()``, ``result``, ``memory()``."""
 
     def __init__(self, spec: TrialSpec, out_dir: Path):
         self.spec = spec

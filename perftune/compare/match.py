@@ -86,6 +86,13 @@ def _dict_diff(a: dict, b: dict) -> str:
 
 
 def side_warnings(old: Side, new: Side, missing_knobs: list[str]) -> list[str]:
+    """What a reader of the comparison must know about the two sides: unfinished or busy, other versions or
+    machines, other workloads, bursts or seeds."""
+    return [*_state_warnings(old, new), *_environment_warnings(old, new), *_workload_warnings(old, new),
+            *_setting_warnings(old, new, missing_knobs)]
+
+
+def _state_warnings(old: Side, new: Side) -> list[str]:
     w: list[str] = []
     for side in (old, new):
         unfinished = [s for s in side.sweep_status if s != "complete"]
@@ -102,7 +109,13 @@ def side_warnings(old: Side, new: Side, missing_knobs: list[str]) -> list[str]:
             w.append(f"{side.name}: {len(busy)} of {len(side.entries)} process(es) measured on a busy machine "
                      f"({windows} timed window(s) where other processes used over a quarter of the cores): its "
                      "throughput is less trustworthy; measure both sides on an otherwise idle machine")
-    # environment: versions and machine
+    return w
+
+
+def _environment_warnings(old: Side, new: Side) -> list[str]:
+    """Versions and machine."""
+    w: list[str] = []
+
     def env_values(side: Side, attr: str) -> list:
         return distinct_values(side, lambda e: getattr(e.result.environment, attr) if e.result.environment else None)
 
@@ -123,7 +136,11 @@ def side_warnings(old: Side, new: Side, missing_knobs: list[str]) -> list[str]:
     for side in (old, new):
         if not env_values(side, "host"):
             w.append(f"{side.name}: no environment recorded: cannot check machine and versions")
-    # workload params, burst settings, seed
+    return w
+
+
+def _workload_warnings(old: Side, new: Side) -> list[str]:
+    w: list[str] = []
     pa = distinct_values(old, lambda e: key_of(e.workload_params) if e.workload_params is not None else None)
     pb = distinct_values(new, lambda e: key_of(e.workload_params) if e.workload_params is not None else None)
     if len(pa) == 1 and len(pb) == 1 and pa != pb:
@@ -137,6 +154,12 @@ def side_warnings(old: Side, new: Side, missing_knobs: list[str]) -> list[str]:
         if unknown:
             w.append(f"{side.name}: workload params unknown for {len(unknown)} trial(s) (trial.json without its "
                      "spec.json): cannot check that the workloads match")
+    return w
+
+
+def _setting_warnings(old: Side, new: Side, missing_knobs: list[str]) -> list[str]:
+    """Burst settings, seeds and knob sets."""
+    w: list[str] = []
 
     def burst(e: Entry) -> str:
         return key_of({k: v for k, v in e.result.burst.model_dump().items() if k != "timeout_s"})

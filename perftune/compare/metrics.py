@@ -11,10 +11,11 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from perftune.compare.sides import Entry
-from perftune.engine import lm, stats
+from perftune.engine import stats
 from perftune.errors import UserError
 from perftune.io.plan import ACCURACY_METRICS
 from perftune.io.records import PHASES, Note, TrialResult
+from perftune.words import lm
 
 MEMORY_FIELDS = {"device": "device_peak_bytes", "allocator": "allocator_peak_bytes", "host_rss": "host_rss_peak_bytes"}
 MEMORY_NAMES = {"device": "device peak", "allocator": "allocator peak", "host_rss": "host RSS peak"}
@@ -252,7 +253,7 @@ def compare_config(label: str, knobs: dict, old: list[Entry], new: list[Entry], 
     language_model = any(lm.is_language_model(e.result) for e in (*old_ok, *new_ok))
     for acc in ACCURACY_METRICS:
         if acc == "perplexity" and not language_model and metric != acc:
-            continue  # exp(loss) is a perplexity only for a token cross-entropy (engine/lm.py, the one rule)
+            continue  # exp(loss) is a perplexity only for a token cross-entropy (words/lm.py, the one rule)
         mc = _accuracy_metric(acc, old_ok, new_ok, threshold)
         if mc.old is not None or mc.new is not None or metric == acc:
             m[acc] = mc

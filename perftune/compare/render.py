@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import html
-
 from typing import Optional
 
 from perftune.compare.metrics import MEMORY_FIELDS, MEMORY_NAMES, ConfigComparison, MetricChange
 from perftune.compare.run import CompareReport
 from perftune.io.plan import ACCURACY_METRICS
 from perftune.io.records import PHASES
-from perftune.report.format import speed_text, time_ratio_text
+from perftune.words.format import speed_text, time_ratio_text
 
 #: metrics that are times (lower is faster): their ratio reads "x1.10 slower" / "x1.23 faster", as throughput's does
 TIME_METRICS = ("step_time", "data_wait", *(f"split.{p}" for p in PHASES))

@@ -28,7 +28,6 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from perftune.compare.sides import Side, load_side
 from perftune.compare.match import (
     check_comparable,
     closest_difference,
@@ -47,6 +46,7 @@ from perftune.compare.metrics import (
     noise_of,
     step_rate_windows,
 )
+from perftune.compare.sides import Side, load_side
 from perftune.engine import stats
 from perftune.errors import UserError
 from perftune.io.plan import ACCURACY_METRICS
@@ -143,30 +143,10 @@ def run_compare(old: str | Path, new: str | Path, threshold: float = 0.05, metri
                         "twice (decision.baseline_runs) for an estimate from your machine")
     configs = [compare_config(label(k), json.loads(k), old_groups[k], new_groups[k], metric, threshold, confidence,
                                noise, step_noise) for k in common]
-    for cc in configs:
-        for note in cc.notes:
-            if note.kind == "warning":
-                warnings.append(f"{cc.label}: {note.text}")
-    not_comparable = next((mc.note for cc in configs for mc in cc.metrics.values()
-                           if mc.name in ACCURACY_METRICS and mc.verdict == "not comparable"), None)
-    if not_comparable:
-        warnings.append(f"accuracy {not_comparable}: accuracy changes are not compared")
-    usable = [c for c in configs if c.regression or c.metrics.get(metric) is not None
-              and c.metrics[metric].verdict not in ("not measured", "not comparable")]
-    if not usable:
-        why = "; ".join(f"{c.label}: {c.metrics[metric].note if metric in c.metrics else c.verdict}"
-                        for c in configs[:3])
-        raise UserError(f"nothing measurable in common for the metric {metric} ({why})")
+    warnings += config_warnings(configs)
+    require_usable(configs, metric)
     regressions = [c.label for c in configs if c.regression]
     exit_code = 1 if regressions else 0
-    faster = [c.label for c in configs if c.verdict in ("faster", "better")]
-    if regressions:
-        summary = (f"REGRESSION in {metric}: {', '.join(regressions)} "
-                   f"({len(regressions)} of {len(configs)} configuration(s))")
-    else:
-        summary = (f"no significant regression in {metric} beyond {threshold:.0%} "
-                   f"({len(configs)} configuration(s) compared"
-                   + (f"; improved: {', '.join(faster)}" if faster else "") + ")")
     report = CompareReport(
         old=side_summary(old_side, old_groups), new=side_summary(new_side, new_groups), metric=metric,
         threshold=threshold, confidence=confidence,
@@ -175,5 +155,36 @@ def run_compare(old: str | Path, new: str | Path, threshold: float = 0.05, metri
         configurations=configs,
         only_old=[f"{label(k)} ({sum(e.ok for e in old_groups[k])} run(s))" for k in old_groups if k not in new_groups],
         only_new=[f"{label(k)} ({sum(e.ok for e in new_groups[k])} run(s))" for k in new_groups if k not in old_groups],
-        warnings=warnings, regressions=regressions, exit_code=exit_code, summary=summary)
+        warnings=warnings, regressions=regressions, exit_code=exit_code,
+        summary=summary_line(configs, metric, threshold))
     return report
+
+
+def config_warnings(configs: list[ConfigComparison]) -> list[str]:
+    """The configurations' own warnings, and one when accuracy cannot be compared."""
+    out = [f"{cc.label}: {note.text}" for cc in configs for note in cc.notes if note.kind == "warning"]
+    not_comparable = next((mc.note for cc in configs for mc in cc.metrics.values()
+                           if mc.name in ACCURACY_METRICS and mc.verdict == "not comparable"), None)
+    if not_comparable:
+        out.append(f"accuracy {not_comparable}: accuracy changes are not compared")
+    return out
+
+
+def require_usable(configs: list[ConfigComparison], metric: str) -> None:
+    """Exit 2 when no configuration measured ``metric`` on both sides."""
+    usable = [c for c in configs if c.regression or c.metrics.get(metric) is not None
+              and c.metrics[metric].verdict not in ("not measured", "not comparable")]
+    if not usable:
+        why = "; ".join(f"{c.label}: {c.metrics[metric].note if metric in c.metrics else c.verdict}"
+                        for c in configs[:3])
+        raise UserError(f"nothing measurable in common for the metric {metric} ({why})")
+
+
+def summary_line(configs: list[ConfigComparison], metric: str, threshold: float) -> str:
+    regressions = [c.label for c in configs if c.regression]
+    if regressions:
+        return (f"REGRESSION in {metric}: {', '.join(regressions)} "
+                f"({len(regressions)} of {len(configs)} configuration(s))")
+    faster = [c.label for c in configs if c.verdict in ("faster", "better")]
+    return (f"no significant regression in {metric} beyond {threshold:.0%} ({len(configs)} configuration(s) compared"
+            + (f"; improved: {', '.join(faster)}" if faster else "") + ")")

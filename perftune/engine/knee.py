@@ -6,7 +6,8 @@ learning rate that diverges later, a batch too large to keep improving) has not 
 whose targets sit at 1000 passed at 192 samples and was 220 seed spreads worse at 3072.  So the window runs to the
 knee of the curve: the first end at which the window's last quarter improved the loss by at most ``FLAT_SHARE`` of
 its whole fall, on a log scale, and by at most ``LATE_FALL`` itself (a loss falling from 0.04 to 0.004 is still
-learning, however small that is beside its first fall).  A curve that has not flattened within the budget ends at the budget, and says so.
+learning, however small that is beside its first fall).  A curve that has not flattened within the budget ends
+at the budget, and says so.
 
 Pure functions of a curve (samples seen, loss): tested on scripted curves.
 """

@@ -14,7 +14,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable, Hashable, Optional, Protocol, Sequence, TypeVar, runtime_checkable
 
-from perftune.engine.race import Lanes, LaneOutcome
+from perftune.engine.race import LaneOutcome, Lanes
 from perftune.io.records import TrialResult, TrialSpec
 
 Item = TypeVar("Item")

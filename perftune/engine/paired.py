@@ -23,34 +23,31 @@ Pure functions over measurements: no processes, no clocks.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Hashable, Optional, Sequence
 
 from perftune import knobs
-from perftune.engine.stats import Decision, Noise, Policy, ProcessRun, estimate
+from perftune.engine.stats import Decision, PairedFacts, Policy, interval
 from perftune.io.records import TrialResult
 from perftune.workloads import DATA_PARAMS
 
-#: prior sd of one block's paired difference (log), and its pseudo degrees of freedom (measured on the idle 2-core
-#: machine, data-bound mlp, 0.5 s windows: 1.8-2.7%)
+#: prior sd of one block's paired difference (log), and its pseudo degrees of freedom (where these constants come
+#: from: experiments/benchmarks/README.md, "The engine's constants")
 BLOCK_PRIOR_SD = 0.03
 BLOCK_PRIOR_DF = 2
 #: prior sd of the paired ratio between processes of one arm order (``tau``), and its pseudo degrees of freedom:
-#: the larger of ``PROCESS_PRIOR_SD`` and ``PROCESS_PRIOR_SHARE`` x the block sd.  Measured: data-bound graph, block
-#: sd 3.1-3.5% and tau 1.5% (127 df, the power and loaded A/A sweeps of ``experiments/benchmarks/verdicts.py``); the
-#: quickstart's PyNative baseline, block sd about 10% and tau 0 to 2.8% from one half-hour to the next (40 A/A
-#: processes, ``experiments/benchmarks/paired_windows.py``).  With 1% alone, 7.2% of the 780 A/A checks made of
-#: pairs of those PyNative processes were called faster or slower (17.5% of the noisier half-hour's 120); with 0.4 x
-#: the block sd, 1.9% (5.0%), and the data-bound power sweeps' recorded processes, decided again, still find the
-#: real 5% change 7 of 10 or more
+#: the larger of ``PROCESS_PRIOR_SD`` and ``PROCESS_PRIOR_SHARE`` x the block sd: a noisier process's ratio also
+#: moves more between processes
 PROCESS_PRIOR_SD = 0.01
 PROCESS_PRIOR_SHARE = 0.4
 PROCESS_PRIOR_DF = 4
 #: the arm effect: two pipelines of one configuration in one process differ by about this much (arm 1 slower,
-#: measured 0.7-3.1% over 12 A/A processes, whichever was built first and whichever arm the schedule starts with).
-#: Processes alternate the arm order (``counterbalanced``); with both orders measured the effect cancels, with one
-#: only it is an unknown bias of this size, added to the variance
+#: whichever was built first and whichever arm the schedule starts with).  Processes alternate the arm order
+#: (``counterbalanced``); with both orders measured the effect cancels, with one only it is an unknown bias of this
+#: size, added to the variance
 ARM_EFFECT_SD = 0.015
+
+
 def pairable_change(reference: dict[str, Any], candidate: dict[str, Any], workload: str,
                     ref_params: Optional[dict] = None, cand_params: Optional[dict] = None) -> Optional[str]:
     """Why ``candidate`` can be compared with ``reference`` in one process (a short text), or None: every knob that
@@ -181,11 +178,9 @@ def decide_paired(runs: Sequence[PairedRun], policy: Policy, looks: Optional[int
     var = a + b + bias
     # the bias is a prior's: its df is the block prior's (few), so one process never looks sharper than it is
     df = var**2 / (a**2 / noise.block_df + b**2 / noise.process_df + bias**2 / BLOCK_PRIOR_DF)
-    se = math.sqrt(var)
-    # ``estimate`` reads the noise's df for the t quantile and its sd for the record: one process mean's sd here
-    as_noise = Noise(var=unit, df=max(1, int(df)), observed_df=noise.block_df - BLOCK_PRIOR_DF)
-    stand_ins = [ProcessRun(r.candidate, (1.0,), r.node, r.contended > 0) for r in runs]
-    d = estimate(diff, se, as_noise, policy, policy.max_runs if looks is None else looks, stand_ins, [])
-    return replace(d, reference_runs=len(runs), design="paired",
-                   paired_blocks=sum(len(r.differences) for r in runs), block_sd=noise.block_sd,
-                   process_sd=noise.process_sd)
+    # the t quantile's df as the fresh model's noise gives it: whole degrees of freedom, at least one
+    iv = interval(diff, math.sqrt(var), max(1, int(df)), policy, policy.max_runs if looks is None else looks)
+    facts = PairedFacts(blocks=sum(len(r.differences) for r in runs), block_sd=noise.block_sd,
+                        process_sd=noise.process_sd)
+    return Decision.of(iv, policy, blocks=len(runs), reference_runs=len(runs), noise_sd=math.sqrt(unit),
+                       contended=sum(r.contended > 0 for r in runs), paired=facts)

@@ -14,10 +14,10 @@ from pydantic import ValidationError
 
 from perftune import knobs
 from perftune.engine.plan_yaml import MAX_PLAN_BYTES, PlanYAMLError, load_bounded
+from perftune.engine.script_plan import check_script_workload
 from perftune.errors import UserError
 from perftune.io.files import check_regular
 from perftune.io.plan import Plan
-from perftune.engine.script_plan import check_script_workload
 from perftune.workloads import check_reference
 
 

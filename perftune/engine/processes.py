@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Callable, Hashable, Optional
 
 from perftune import knobs
-from perftune.engine import lm
 from perftune.engine.blocked import process_run
 from perftune.engine.paired import PairedRun, counterbalanced, pairable_change, paired_run
 from perftune.engine.progress import SweepProgress
@@ -32,7 +31,8 @@ from perftune.io.plan import Plan
 from perftune.io.records import TrialResult, TrialSpec
 from perftune.io.store import write_json_atomic
 from perftune.io.sweep_records import FAILED_VERDICTS, PairedProcess, SweepResult, SweepTrial
-from perftune.report.format import speed_text
+from perftune.words import lm
+from perftune.words.format import speed_text
 
 #: runs one trial in ``trial_dir`` and returns its result (``perftune.runner.run_trial``; tests pass scripted ones)
 TrialRunner = Callable[[TrialSpec, Path], TrialResult]
@@ -220,5 +220,10 @@ class Processes:
         r = trial.result
         what = lm.progress_text(r) if r.status == "ok" and r.samples_per_s else f"{trial.verdict}: {trial.reason}"
         run = f" (run {trial.replicate + 1})" if trial.replicate else ""
-        extra = (f" ({trial.excluded})" if trial.excluded else "") + (" (reused)" if trial.reused else "") + (f" [on {r.node.host}]" if r.node is not None else "")
+        extra = ((f" ({trial.excluded})" if trial.excluded else "") + (" (reused)" if trial.reused else "")
+                 + (f" [on {r.node.host}]" if r.node is not None else ""))
+        agreement = r.phase_agreement
+        if agreement is not None and not agreement.agree:  # used all the same, but never silently
+            extra += (f" (phases disagree: the {agreement.worst_phase} steps x{agreement.ratio:.2f} the timed "
+                      "ones; its figures are suspect)")
         self.say(f"  {trial.label}{run}: {what}{extra}")

@@ -7,7 +7,8 @@ matters (a known no-op, an accuracy failure: those verdicts do not depend on spe
 after ``policy.max_runs`` processes, when the rest of that budget is unlikely to decide it (``sequential.futile``:
 it ends ``undecided``, marked ``futile``), or when ``out_of_time`` (the sweep's wall-time budget) stops adding rounds.
 A ``faster``/``slower`` comparison that the sweep's Benjamini-Hochberg step could still demote stays in the race while
-it has budget (``undiscovered``).
+it has budget (``undiscovered``).  These rules are one function, ``Race.goes_on``, for the race on one machine
+and on lanes alike.
 
 The race decides nothing about processes: ``measure(config)`` runs one (re-measuring a contended one is the
 caller's business, so a contended process never counts as a look) and returns its ``ProcessRun``, or None when it
@@ -45,7 +46,6 @@ from typing import Callable, Hashable, Optional, Sequence, Union
 from perftune.engine.paired import PairedRun, decide_paired
 from perftune.engine.sequential import decide, futile
 from perftune.engine.stats import Decision, Noise, Policy, ProcessRun
-
 
 #: a process that ran but whose timing is not used (measured while other processes used its node's cores): no look
 EXCLUDED = "excluded"
@@ -127,6 +127,8 @@ class Race:
     measure_pair: Optional[Callable[[Hashable, Hashable], Optional[PairedRun]]] = None
     pairs: list[PairedRun] = field(default_factory=list)  # the sweep's paired processes, shared with the caller
     stopped: set = field(default_factory=set)  # candidates stopped as futile
+    #: candidate -> processes tried in this race, usable or not (a contended one on a lane is tried, not usable)
+    tried: dict[Hashable, int] = field(default_factory=dict)
 
     def left(self, candidate: Hashable) -> int:
         """The processes ``candidate`` may still get: ``max_runs`` less those it has (its first one included)."""
@@ -195,39 +197,61 @@ class Race:
         self.pairs.append(run)
         return True
 
+    def goes_on(self, candidate: Hashable, reference: Hashable, d: Optional[Decision], family: int) -> bool:
+        """The one continuation rule of the race, on one machine and on lanes: whether ``candidate`` gets another
+        process after a round.  Never past twice ``max_runs`` processes tried (usable or not) nor once ``settled``;
+        a paired comparison with one arm order gets the other whatever its budget (``one_order``); an open one, or one
+        with no decision yet (its processes had no usable reference beside them), while it has budget and is not
+        futile (``go_on``); a decided one while the multiplicity rule could still demote it (``undiscovered``)."""
+        if self.tried.get(candidate, 0) >= 2 * self.policy.max_runs or self.settled(candidate):
+            return False
+        if self.one_order(candidate, reference):
+            return True
+        if d is None or d.outcome == "open":
+            return self.go_on(candidate, d)
+        return self.undiscovered(candidate, d, family)
+
+    def next_round(self, pending: Sequence[Hashable], stopped: set, reference: Hashable,
+                   family: int) -> list[Hashable]:
+        """The candidates of ``pending`` that go on, by ``goes_on`` on the race's decisions after this round."""
+        noise = self.noise()
+        decisions = {c: self.decide(c, reference, noise) for c in pending if c not in stopped}
+        return [c for c, d in decisions.items() if self.goes_on(c, reference, d, family)]
+
+    def _counted(self, candidate: Hashable, usable: bool) -> None:
+        self.tried[candidate] = self.tried.get(candidate, 0) + 1
+        if usable:
+            self.processes[candidate] += 1
+
+    def _local_round(self, pending: Sequence[Hashable], reference: Hashable, first: bool) -> set:
+        """One round on this machine: ``C R`` per candidate (a paired process after the first round where the change
+        is pairable); returns the candidates whose process failed (that ends their race)."""
+        stopped = set()
+        for c in pending:
+            ok = self._run_pair(reference, c) if not first and self.paired(c, reference) else self._run(c)
+            if not ok:
+                stopped.add(c)  # what it measured before still counts
+                continue
+            self._counted(c, True)
+            if first or not self.paired(c, reference):
+                self._run(reference)
+        return stopped
+
     def run(self, candidates: Sequence[Hashable], reference: Hashable) -> dict[Hashable, Optional[Decision]]:
         if self.lanes is not None and self.lanes.count > 1:
             return self._run_lanes(candidates, reference, self.lanes)
-        self.processes = {c: 0 for c in candidates}
+        self.processes, self.tried = {c: 0 for c in candidates}, {c: 0 for c in candidates}
         if not any(r.config == reference for r in self.runs[-1:]):
             self._run(reference)  # a failed reference process: the candidates' blocks use the next one
         pending = list(candidates)
         rounds = 0
         while pending:
-            stopped = set()
             pending = round_order(pending, reference, rounds)
             rounds += 1
-            for c in pending:
-                if rounds > 1 and self.paired(c, reference):
-                    if not self._run_pair(reference, c):
-                        stopped.add(c)
-                        continue
-                    self.processes[c] += 1
-                    continue
-                if not self._run(c):
-                    stopped.add(c)  # a failed process ends this candidate's race; what it measured still counts
-                    continue
-                self.processes[c] += 1
-                self._run(reference)
+            stopped = self._local_round(pending, reference, rounds == 1)
             if self.out_of_time():
                 break
-            noise = self.noise()
-            decisions = {c: self.decide(c, reference, noise) for c in pending if c not in stopped}
-            pending = [c for c, d in decisions.items()
-                       if d is not None and not self.settled(c)
-                       and (self.one_order(c, reference)  # the other arm order first, whatever the budget
-                            or (d.outcome == "open" and self.go_on(c, d))
-                            or self.undiscovered(c, d, len(candidates)))]
+            pending = self.next_round(pending, stopped, reference, len(candidates))
         return self.final(candidates, reference)
 
     def _ends_with(self, node: Optional[str], reference: Hashable) -> bool:
@@ -238,8 +262,7 @@ class Race:
     def _run_lanes(self, candidates: Sequence[Hashable], reference: Hashable,
                    lanes: Lanes) -> dict[Hashable, Optional[Decision]]:
         """The race with rounds measured on ``lanes.count`` lanes at once (see the module's docstring)."""
-        self.processes = {c: 0 for c in candidates}
-        tried = {c: 0 for c in candidates}  # processes including unusable ones: at most twice max_runs, whatever comes
+        self.processes, self.tried = {c: 0 for c in candidates}, {c: 0 for c in candidates}
         pending = list(candidates)
         rounds = 0
         while pending:
@@ -254,18 +277,11 @@ class Race:
                         if config != reference:
                             stopped.add(config)  # a failed process ends this candidate's race
                         continue
-                    tried[config] = tried.get(config, 0) + 1
                     if isinstance(outcome, ProcessRun):
                         self.runs.append(outcome)
-                        if config != reference:
-                            self.processes[config] += 1
+                    if config != reference:  # an excluded (contended) process is tried, not usable
+                        self._counted(config, isinstance(outcome, ProcessRun))
             if self.out_of_time():
                 break
-            noise = self.noise()
-            decisions = {c: self.decide(c, reference, noise) for c in pending if c not in stopped}
-            # no decision yet (its processes were not usable, or had no reference beside them): measured again
-            pending = [c for c, d in decisions.items()
-                       if tried[c] < 2 * self.policy.max_runs and not self.settled(c)
-                       and (((d is None or d.outcome == "open") and self.go_on(c, d))
-                            or self.undiscovered(c, d, len(candidates)))]
+            pending = self.next_round(pending, stopped, reference, len(candidates))
         return self.final(candidates, reference)

@@ -144,7 +144,7 @@ def figures(acc: Accuracy, metrics: Sequence[str], checkpoints: int) -> dict[str
 
 def figure_band(base: Optional[Accuracy], seeds: Sequence[Accuracy], metric: str, tolerance: float,
                 confidence: float, checkpoints: int) -> Optional[dict]:
-    """What the report's accuracy figure draws of the seed band (``perftune.report.figures.loss_plot``): every
+    """What the report's accuracy figure draws of the seed band (``loss_plot`` in the report's figures): every
     seed's training-loss curve, the metric's seed values and the worst value seed noise explains (the gate's limit
     with the Bonferroni of the end metric and the checkpoints).  None without seed runs."""
     runs = [a for a in ([base] if base is not None else []) + list(seeds) if not a.nonfinite]

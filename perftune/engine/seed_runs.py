@@ -28,7 +28,8 @@ from perftune.io.files import RESULTS_NAME, read_sweep
 from perftune.io.accuracy_window import WindowReach
 from perftune.io.plan import MAX_SEED, AccuracyGate, BurstSettings, Plan
 from perftune.io.records import Accuracy, TrialResult, TrialSpec
-from perftune.io.sweep_records import AccuracyCalibration, SweepResult
+from perftune.io.sweep_records import AccuracyCalibration, SweepResult, WindowSizing
+from perftune.words.rules import sizing_text
 
 #: a knee counts once the baseline's training loss fell by this many times the tolerance (relative), so the gate
 #: can judge there
@@ -121,7 +122,7 @@ class Sizing:
     """The sized window: its length, a short account, the probes' seconds and what it reached on the curve."""
 
     samples: int
-    sizing: str
+    sizing: WindowSizing
     spent: float
     reach: Optional[WindowReach] = None
 
@@ -142,8 +143,7 @@ def size_window(plan: Plan, measure: Measure, cache_dir: Optional[str]) -> Sizin
     result = _probe(plan, measure, first, cache_dir)
     spent = result.wall_s or 0.0  # what measuring it cost, also when this run reused it
     if result.status != "ok" or result.accuracy is None:
-        return Sizing(first, f"{first} samples: the probe of the baseline failed ({result.reason}); the baseline "
-                             "will say why", spent)
+        return Sizing(first, WindowSizing(how="probe_failed", samples=first, failure=result.reason), spent)
     per_sample = seconds_per_sample(result)
     budget_samples = max(int(gate.window_budget_s / per_sample) // unit * unit if per_sample else 0, first)
     # the long probe runs as far as the stack check will (perftune.engine.stack_check) for a window ending at the
@@ -170,14 +170,10 @@ def size_window(plan: Plan, measure: Measure, cache_dir: Optional[str]) -> Sizin
                         flat=end.flat, flat_share=knee.FLAT_SHARE, budget_bound=choice.budget_bound and not extended,
                         clear_fall=extended, after_fall=knee.further_fall(curve, samples),
                         seconds_per_sample=per_sample)
-    how = ("where its loss curve flattened" if reach.flat and not extended else
-           f"where its loss had fallen {FALL_FACTOR:g} x the {gate.rel_tolerance:.0%} tolerance, past the budget"
-           if extended else
-           f"the longest window accuracy.window_budget_s ({gate.window_budget_s:g} s) allows; the curve had not "
-           "flattened")
-    if floor is None and not reach.flat:
-        how += f"; the loss never fell {FALL_FACTOR:g} x the tolerance in {longest} samples probed"
-    return Sizing(samples, f"{samples} samples, sized from the baseline: {how}", spent, reach)
+    how = "loss_fell" if extended else "knee" if reach.flat else "budget"
+    sizing = WindowSizing(how=how, samples=samples, loss_fall=reach.fall, fall_factor=FALL_FACTOR,
+                          tolerance=gate.rel_tolerance, budget_s=gate.window_budget_s)
+    return Sizing(samples, sizing, spent, reach)
 
 
 def seed_spread(runs: list[Accuracy], samples: int, checkpoints: int) -> list[tuple[int, float]]:
@@ -198,7 +194,7 @@ def calibrate(plan: Plan, measure: Measure, cache_dir: Optional[str], say: Calla
     """The plan with its accuracy window fixed, and the calibration: the window's sizing and the seed runs; ``say``
     states what was chosen (one line)."""
     if plan.accuracy.samples:
-        chosen = Sizing(plan.accuracy.samples, "set by the plan (accuracy.samples)", 0.0)
+        chosen = Sizing(plan.accuracy.samples, WindowSizing(how="plan", samples=plan.accuracy.samples), 0.0)
     else:
         chosen = size_window(plan, measure, cache_dir)
     samples, sizing = chosen.samples, chosen.sizing
@@ -218,7 +214,7 @@ def calibrate(plan: Plan, measure: Measure, cache_dir: Optional[str], say: Calla
     if cal.reach is not None:
         cal.reach.seed_spread = seed_spread(cal.runs, samples, plan.accuracy.checkpoints)
     if cal.sized or plan.accuracy.seeds > 1:  # a plan that fixes both has nothing to say
-        say(f"  accuracy window: {sizing}; judged against {len(cal.runs) + 1} seed(s) of the baseline"
+        say(f"  accuracy window: {sizing_text(sizing)}; judged against {len(cal.runs) + 1} seed(s) of the baseline"
             + (" (uncalibrated: the fixed tolerance judges)" if not cal.runs else ""))
     return sized, cal
 

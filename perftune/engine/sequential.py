@@ -33,7 +33,7 @@ FUTILITY_Z = 2.0
 
 
 @dataclass(frozen=True)
-class Block:
+class CandidateBlock:
     """One candidate process and the reference processes measured next to it."""
 
     difference: float  # log candidate - mean log neighbouring references
@@ -41,7 +41,7 @@ class Block:
     position: int = -1  # the candidate process's position in ``runs``
 
 
-def blocks(runs: Sequence[ProcessRun], candidate: Hashable, reference: Hashable) -> list[Block]:
+def blocks(runs: Sequence[ProcessRun], candidate: Hashable, reference: Hashable) -> list[CandidateBlock]:
     """Each candidate process with the nearest reference process before and after it (in measurement order) on the
     same machine, so that drift in time and the speed of a node both cancel; a candidate process with no reference
     process on its node gives no block."""
@@ -54,7 +54,7 @@ def blocks(runs: Sequence[ProcessRun], candidate: Hashable, reference: Hashable)
         right = next(((i, v) for i, c, v, n in seq[k + 1:] if c == reference and n == node), None)
         refs = [x for x in (left, right) if x is not None]
         if refs:
-            out.append(Block(value - sum(v for _, v in refs) / len(refs), tuple(i for i, _ in refs), pos))
+            out.append(CandidateBlock(value - sum(v for _, v in refs) / len(refs), tuple(i for i, _ in refs), pos))
     return out
 
 

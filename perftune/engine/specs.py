@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from perftune import knobs
-from perftune.engine.plan_load import accuracy_samples, lr_scale as plan_lr_scale
+from perftune.engine.plan_load import accuracy_samples
+from perftune.engine.plan_load import lr_scale as plan_lr_scale
 from perftune.io.plan import Plan, ScriptWorkload
 from perftune.io.records import PairArm, TrialSpec
 
@@ -37,7 +38,8 @@ def make_spec(plan: Plan, knob_values: dict[str, Any], label: str, replicate: in
         "device": plan.device,
         "seed": plan.seed,
         "knobs": effective,
-        # unset optional settings are left out, so trial ids (and resumes) of plans that do not use them stay as they were
+        # unset optional settings are left out, so trial ids (and resumes) of plans that do not use them stay as
+        # they were
         "burst": plan.burst.model_dump(exclude_none=True),
         "accuracy_samples": accuracy_samples(plan),
         "replicate": replicate,
@@ -53,16 +55,17 @@ def make_spec(plan: Plan, knob_values: dict[str, Any], label: str, replicate: in
     dist = plan.distributed
     if dist is not None and dist.nodes > 1:  # where the ranks run changes the measurement; node_rank/port do not
         hashed["nodes"] = dist.nodes
-    return TrialSpec(trial_id=trial_id(hashed), label=label, lr_scale=lr_scale, cache_dir=str(cache_dir) if cache_dir else None,
-                     distributed=dist, script=script, script_knobs=script_knobs, **fields)
+    return TrialSpec(trial_id=trial_id(hashed), label=label, lr_scale=lr_scale,
+                     cache_dir=str(cache_dir) if cache_dir else None, distributed=dist, script=script,
+                     script_knobs=script_knobs, **fields)
 
 
 def paired_spec(reference: TrialSpec, candidate: TrialSpec, replicate: int, blocks: int,
                 min_window_s: float) -> TrialSpec:
     """A paired process of ``candidate`` against ``reference`` (``perftune.engine.paired``): the reference's spec
     with the candidate's pipeline as its second arm, no accuracy window; its id hashes both ids and the design."""
-    pair = PairArm(label=candidate.label, reference_label=reference.label, knobs=candidate.knobs, workload_params=candidate.workload_params,
-                   blocks=blocks, min_window_s=min_window_s)
+    pair = PairArm(label=candidate.label, reference_label=reference.label, knobs=candidate.knobs,
+                   workload_params=candidate.workload_params, blocks=blocks, min_window_s=min_window_s)
     tid = trial_id({"paired": [reference.trial_id, candidate.trial_id], "replicate": replicate, "blocks": blocks,
                     "min_window_s": min_window_s})
     return reference.model_copy(update={"trial_id": tid, "label": paired_label(reference.label, candidate.label,

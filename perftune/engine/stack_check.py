@@ -21,7 +21,6 @@ from perftune.io.accuracy_window import FigureCheck, LeaveOneOutCheck, StackChec
 from perftune.io.plan import MAX_SEED, AccuracyGate, Plan
 from perftune.io.records import Accuracy
 
-
 length = seed_runs.check_length
 
 

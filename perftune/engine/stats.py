@@ -30,13 +30,13 @@ from scipy import stats as sps
 from scipy.special import stdtr
 
 from perftune.io.records import TrialResult
+from perftune.io.sweep_records import ComparisonVerdict, Design
 
-Outcome = Literal["faster", "slower", "equivalent", "open"]
-Verdict = Literal["faster", "slower", "not significant"]
+#: where a comparison's interval lies at one look (its verdict, once decided, is ``ComparisonVerdict``)
+IntervalOutcome = Literal["faster", "slower", "equivalent", "open"]
 
-#: Prior for the between-process standard deviation of log throughput (measured here with
-#: experiments/benchmarks/precision.py: 7.7% [5.3%, 14.1%] over 10 quiet tiny_gpt processes; 10-20% while other jobs
-#: shared the machine), and its weight in pseudo degrees of freedom.  The one prior of every comparison.
+#: Prior for the between-process standard deviation of log throughput, and its weight in pseudo degrees of freedom
+#: (measured: experiments/benchmarks/README.md, "The engine's constants").  The one prior of every comparison.
 PRIOR_SD = 0.07
 PRIOR_DF = 4
 
@@ -122,7 +122,7 @@ class Noise:
         return math.sqrt(self.var)
 
     @classmethod
-    def pooled(cls, runs: Sequence[ProcessRun], prior_sd: float = PRIOR_SD, prior_df: int = PRIOR_DF) -> "Noise":
+    def pooled(cls, runs: Sequence[ProcessRun], prior_sd: float = PRIOR_SD, prior_df: int = PRIOR_DF) -> Noise:
         """Successive differences of each configuration's processes on each machine (in measurement order), plus the
         prior: a fast and a slow node are not noise, they are blocked away by the comparisons."""
         by_config: dict[Hashable, list[float]] = {}
@@ -157,32 +157,84 @@ def below_min_gain(ratio: float, min_gain: float) -> bool:
 
 
 @dataclass(frozen=True)
-class Decision:
-    """A comparison as it stands: the candidate/reference throughput ratio, its interval, and the outcome."""
+class Interval:
+    """The one interval of a comparison and where it lies (``interval``): what the fresh-process and the paired
+    models share once each has its difference, standard error and degrees of freedom."""
 
-    outcome: Outcome
+    outcome: IntervalOutcome
     ratio: float  # candidate / reference throughput (> 1: faster)
     ci_low: float
     ci_high: float
     p_value: float  # two-sided, for "no difference", scaled for the looks (x alpha / per-look alpha, capped at 1)
-    blocks: int  # candidate processes the comparison used
+    df: float
+    level: float  # the per-look confidence of the interval
+    looks: int
+
+
+def interval(diff: float, se: float, df: float, policy: Policy, looks: int) -> Interval:
+    """The one interval and outcome: ``diff`` (log candidate - log reference) with standard error ``se`` and ``df``
+    degrees of freedom, Student-t at the per-look level of Pocock's boundary for ``looks`` looks."""
+    looks = max(1, looks)
+    alpha = per_look_alpha(policy.confidence, looks)
+    t_crit = t_quantile(1.0 - alpha / 2.0, df)
+    low, high = math.exp(diff - t_crit * se), math.exp(diff + t_crit * se)
+    p_raw = float(2.0 * stdtr(df, -abs(diff) / se)) if se > 0 else (0.0 if diff else 1.0)
+    p_value = min(1.0, p_raw * (1.0 - policy.confidence) / alpha)
+    margin = math.log1p(policy.equivalence)
+    if low > 1.0:
+        outcome: IntervalOutcome = "faster"
+    elif high < 1.0:
+        outcome = "slower"
+    elif policy.equivalence > 0 and math.log(low) >= -margin and math.log(high) <= margin:
+        outcome = "equivalent"
+    else:
+        outcome = "open"
+    return Interval(outcome, math.exp(diff), low, high, p_value, float(df), 1.0 - alpha, looks)
+
+
+@dataclass(frozen=True)
+class PairedFacts:
+    """What only a paired comparison has (``perftune.engine.paired``): its processes' ABBA blocks and the two
+    variance components its interval rests on."""
+
+    blocks: int  # the ABBA blocks of all its processes
+    block_sd: float  # sd of one block's difference, within a process
+    process_sd: float  # sd of the paired ratio between processes
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A comparison as it stands: the candidate/reference throughput ratio, its interval, and the outcome."""
+
+    outcome: IntervalOutcome
+    ratio: float  # candidate / reference throughput (> 1: faster)
+    ci_low: float
+    ci_high: float
+    p_value: float  # two-sided, for "no difference", scaled for the looks (x alpha / per-look alpha, capped at 1)
+    blocks: int  # candidate processes the comparison used (paired: its paired processes)
     reference_runs: int  # reference processes the comparison used
     df: float
     level: float  # the per-look confidence of the interval
     confidence: float  # the overall confidence the looks together keep
-    noise_sd: float
+    noise_sd: float  # one process's sd (paired: of one paired process's mean difference)
     equivalence: float
     looks: int
     min_gain: float = 0.0
     contended: int = 0  # processes used although measured under contention
     remeasured: int = 0  # contended processes of either side measured again instead of being used
-    #: "processes" (each side in its own processes) or "paired" (both in one process, alternating windows:
-    #: ``perftune.engine.paired``; ``blocks`` then counts paired processes and ``paired_blocks`` their ABBA blocks)
-    design: str = "processes"
-    paired_blocks: int = 0
-    block_sd: Optional[float] = None  # paired: sd of one block's difference, within a process
-    process_sd: Optional[float] = None  # paired: sd of the paired ratio between processes
+    paired: Optional[PairedFacts] = None  # both sides in one process, alternating windows; None: own processes
     futile: bool = False  # open, and stopped before its budget: the rest was unlikely to decide it (``sequential``)
+
+    @classmethod
+    def of(cls, iv: Interval, policy: Policy, *, blocks: int, reference_runs: int, noise_sd: float,
+           contended: int = 0, remeasured: int = 0, paired: Optional[PairedFacts] = None) -> Decision:
+        return cls(iv.outcome, iv.ratio, iv.ci_low, iv.ci_high, iv.p_value, blocks, reference_runs, iv.df, iv.level,
+                   policy.confidence, noise_sd, policy.equivalence, iv.looks, policy.min_gain, contended, remeasured,
+                   paired)
+
+    @property
+    def design(self) -> Design:
+        return "paired" if self.paired is not None else "processes"
 
     @property
     def resolution(self) -> float:
@@ -190,7 +242,7 @@ class Decision:
         return (math.log(self.ci_high) - math.log(self.ci_low)) / 2
 
     @property
-    def verdict(self) -> Verdict:
+    def verdict(self) -> ComparisonVerdict:
         """The answer of a comparison looked at once: faster or slower beyond ``min_gain``, else not significant."""
         if self.outcome in ("faster", "slower") and not below_min_gain(self.ratio, self.min_gain):
             return self.outcome  # type: ignore[return-value]
@@ -199,28 +251,12 @@ class Decision:
 
 def estimate(diff: float, se: float, noise: Noise, policy: Policy, looks: int, candidate: Sequence[ProcessRun],
              reference: Sequence[ProcessRun]) -> Decision:
-    """The one interval and outcome: ``diff`` (log candidate - log reference) with standard error ``se``, under the
-    pooled noise's degrees of freedom, at the per-look level for ``looks`` looks; ``candidate`` and ``reference``:
-    the processes of each side it used."""
-    looks = max(1, looks)
-    alpha = per_look_alpha(policy.confidence, looks)
-    t_crit = t_quantile(1.0 - alpha / 2.0, noise.df)
-    low, high = math.exp(diff - t_crit * se), math.exp(diff + t_crit * se)
-    p_raw = float(2.0 * stdtr(noise.df, -abs(diff) / se)) if se > 0 else (0.0 if diff else 1.0)
-    p_value = min(1.0, p_raw * (1.0 - policy.confidence) / alpha)
-    margin = math.log1p(policy.equivalence)
-    if low > 1.0:
-        outcome: Outcome = "faster"
-    elif high < 1.0:
-        outcome = "slower"
-    elif policy.equivalence > 0 and math.log(low) >= -margin and math.log(high) <= margin:
-        outcome = "equivalent"
-    else:
-        outcome = "open"
+    """The fresh-process model's decision: ``interval`` under the pooled noise's degrees of freedom; ``candidate``
+    and ``reference``: the processes of each side it used."""
     used = [*candidate, *reference]
-    return Decision(outcome, math.exp(diff), low, high, p_value, len(candidate), len(reference), float(noise.df),
-                    1.0 - alpha, policy.confidence, noise.sd, policy.equivalence, looks, policy.min_gain,
-                    sum(r.contended for r in used), sum(r.remeasured for r in used))
+    return Decision.of(interval(diff, se, noise.df, policy, looks), policy, blocks=len(candidate),
+                       reference_runs=len(reference), noise_sd=noise.sd, contended=sum(r.contended for r in used),
+                       remeasured=sum(r.remeasured for r in used))
 
 
 def unpaired(reference: Sequence[ProcessRun], candidate: Sequence[ProcessRun], noise: Noise) -> tuple[float, float]:

@@ -35,19 +35,25 @@ from typing import Any, Hashable, Optional
 
 from perftune import knobs
 from perftune.engine import accuracy as accuracy_gate
-from perftune.engine import lm, noop, order, seed_runs, stack_check, verdicts
-from perftune.engine.blocked import process_run
+from perftune.engine import noop, order, seed_runs, stack_check, stacking, verdicts
 from perftune.engine.lanes import ParallelRunner, lanes_of
+from perftune.engine.paired import PairedRun, decide_paired
 from perftune.engine.processes import Processes, TrialRunner
 from perftune.engine.progress import SilentProgress, SweepProgress
-from perftune.engine.paired import PairedRun, decide_paired
 from perftune.engine.race import Race
 from perftune.engine.sequential import decide
 from perftune.engine.stats import Noise, Policy, ProcessRun, benjamini_hochberg
 from perftune.io.outdir import clear_own
 from perftune.io.plan import Plan
-from perftune.io.sweep_records import FAILED_VERDICTS, ComparisonRecord, StackStep, SweepResult, SweepTrial, Why
-from perftune.report import reasons
+from perftune.io.sweep_records import (
+    FAILED_VERDICTS,
+    ComparisonRecord,
+    Multiplicity,
+    SweepResult,
+    SweepTrial,
+    Why,
+)
+from perftune.words import lm, reasons, rules
 
 FAILED = FAILED_VERDICTS
 label_of = knobs.label_of
@@ -205,11 +211,9 @@ class Sweep:
         measured = [k for k in keys if comparisons[k] is not None]
         found = benjamini_hochberg([comparisons[k].p_value for k in measured], 1 - self.plan.decision.confidence)
         discovered = dict(zip(measured, found))
-        family = (f"the {len(measured)} one-at-a-time comparisons (Benjamini-Hochberg, false discovery rate "
-                  f"{1 - self.plan.decision.confidence:.0%})")
-        self.result.multiplicity = (
-            f"{family}; each interval allows for up to {self.policy.max_runs} looks (Pocock), so adding processes "
-            "to an open comparison does not inflate false alarms")
+        self.result.multiplicity = Multiplicity(comparisons=len(measured), looks=self.policy.max_runs,
+                                                false_discovery_rate=1 - self.plan.decision.confidence)
+        family = rules.family_text(self.result.multiplicity)
         for key in keys:
             trial = self.first(key)
             if trial.verdict in FAILED:
@@ -237,66 +241,10 @@ class Sweep:
             self.result.aa_paired = verdicts.record(d, "baseline (other pipeline)", final=False) if d else None
 
     def stack(self, single_trials: list[SweepTrial]) -> None:
-        ordered = order.stack_candidates(single_trials, self.plan.decision.retry_on_stack)
-        self.result.stack = [StackStep(label="baseline", trial_id=self.baseline_runs[0].trial_id, kept=True)]
-        current_changes: dict[str, Any] = {}
-        current = self.base
-        for single in ordered:
-            changes = {**current_changes, **single.changes}
-            if not current_changes:
-                if single.verdict != "kept":
-                    continue  # on top of the baseline alone, its one-at-a-time verdict already answers
-                trial, key = single, self.procs.register(single.changes, "single")
-            else:
-                key = self.procs.register(changes, "stack")
-                comparison = self.race([key], current)[key]
-                trial = self.first(key)
-                if trial.verdict not in FAILED:
-                    trial.vs_previous = comparison
-                    trial.vs_baseline = self.informational(key, self.base, "baseline")
-                    self.judge(trial, "vs_previous")
-            kept = trial.verdict == "kept"
-            if not kept and trial.verdict not in FAILED and trial.kind == "stack":
-                before, trial.verdict = trial.verdict, "dropped"
-                self.explain(trial, (trial.why or Why()).model_copy(update={"before": before}))
-            reason = reasons.stack_reason(kept, trial)
-            self.result.stack.append(StackStep(label=label_of(changes), change=dict(single.changes),
-                                               trial_id=trial.trial_id, kept=kept, reason=reason))
-            self.say(f"  stack {label_of(changes)}: {'kept' if kept else reason}{lm.verdict_suffix(trial.result)}")
-            if kept:
-                current_changes, current = changes, key
-            self.save()
-        self._set_best(self.first(current), label_of(current_changes))
-        self.best = current
-
-    def _set_best(self, trial: SweepTrial, label: str) -> None:
-        self.result.best_label = label
-        self.result.best_trial_id = trial.trial_id
-        self.result.best_vs_baseline = trial.vs_baseline if trial.kind != "baseline" else None
-        self.save()
+        stacking.stack(self, single_trials)
 
     def leave_one_out(self) -> None:
-        kept_steps = [s for s in self.result.stack[1:] if s.kept]
-        if len(kept_steps) < 2:
-            return
-        final_changes: dict[str, Any] = {}
-        for s in kept_steps:
-            final_changes.update(s.change or {})
-        for s in kept_steps:
-            without = {k: v for k, v in final_changes.items() if k not in (s.change or {})}
-            key = self.procs.register(without, "leave_one_out")
-            trial = self.procs.measure(without, "leave_one_out")  # an earlier stack row's process is reused
-            if trial.verdict not in FAILED:
-                if not any(r.config == key for r in self.runs):
-                    self.runs.append(process_run(key, trial.result))
-                # how much faster the final stack is than the stack without this change
-                trial.vs_previous = self.informational(self.best, key, f"final without {label_of(s.change or {})}")
-                trial.vs_baseline = self.informational(key, self.base, "baseline")
-                trial.verdict = "measured"
-                if trial.vs_previous is not None:
-                    self.explain(trial, Why(comparison="vs_previous", removed=label_of(s.change or {})))
-            self.say(f"  {trial.label}: {trial.reason or trial.verdict}{lm.verdict_suffix(trial.result)}")
-            self.save()
+        stacking.leave_one_out(self)
 
 
 def run_sweep(plan: Plan, out_dir: Path, run: TrialRunner, plan_path: Optional[Path] = None, fresh: bool = False,

@@ -16,7 +16,7 @@ from typing import Optional
 from perftune.engine.accuracy import GateResult
 from perftune.engine.stats import Decision, below_min_gain, runs_needed
 from perftune.io.sweep_records import ComparisonRecord, Why
-from perftune.report.reasons import comparison_text
+from perftune.words.reasons import comparison_text
 
 #: verdicts that the accuracy gate overrides (a faster change that breaks accuracy is handled where it is kept)
 GATE_OVERRIDES = ("not significant", "slower", "no effect", "equivalent", "undecided")
@@ -39,8 +39,10 @@ def record(d: Decision, reference: str, *, final: bool = True) -> ComparisonReco
                          runs_needed=runs_needed(d.noise_sd, target, d.confidence, d.looks, d.df,
                                                  per_block=1.0 if paired else 1.5)
                          if verdict == "undecided" else None,
-                         design="paired" if paired else None, paired_blocks=d.paired_blocks if paired else None,
-                         block_sd=d.block_sd, process_sd=d.process_sd, futile=d.futile and verdict == "undecided")
+                         design="paired" if paired else None, paired_blocks=d.paired.blocks if d.paired else None,
+                         block_sd=d.paired.block_sd if d.paired else None,
+                         process_sd=d.paired.process_sd if d.paired else None,
+                         futile=d.futile and verdict == "undecided")
     c.reason = comparison_text(c)
     return c
 

@@ -62,8 +62,9 @@ class StackCheck(Record):
     """The final stack and the baseline trained for a longer window after stacking (``perftune.engine.stack_check``).
 
     ``verified``: every figure within the baseline's seed noise at ``samples``; ``refused``: at least one worse
-    (``suspects``: the stacked changes to suspect); ``skipped``: nothing to check (``skipped_why``: no change kept, one
-    seed (no band), a budget that allows no longer window, the sweep's time budget spent); ``failed``: a run measured nothing."""
+    (``suspects``: the stacked changes to suspect); ``skipped``: nothing to check (``skipped_why``: no change kept,
+    one seed (no band), a budget that allows no longer window, the sweep's time budget spent); ``failed``: a run
+    measured nothing."""
 
     status: StackCheckStatus
     skipped_why: Literal["", "no_change", "uncalibrated", "budget", "out_of_time", "no_accuracy"] = ""

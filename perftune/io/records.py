@@ -19,7 +19,7 @@ from perftune.io.plan import BurstSettings, DistributedSettings, ScriptWorkload
 #: and refuses newer ones.  Version 2: ``notes`` are ``Note`` records instead of strings.  Version 3: a trial may
 #: record the cluster ``node`` that ran it (``NodeRecord``), a sweep its ``nodes`` (both absent when run locally).
 TRIAL_SCHEMA_VERSION = 4
-RESULTS_SCHEMA_VERSION = 5
+RESULTS_SCHEMA_VERSION = 6
 
 TrialStatus = Literal["ok", "failed", "timeout", "oom", "unsupported"]
 PHASES = ("data", "forward", "backward", "optimizer", "communication", "other")
@@ -38,6 +38,9 @@ class Record(BaseModel):
 
 
 NoteKind = Literal["no_effect", "warning", "info"]
+#: what a reader of a trial's phase splits must know (``SplitWarning``)
+SplitWarningKind = Literal["launch_steps", "ops_overlap", "profiled_slower", "profiled_faster", "op_scale_far",
+                           "ops_exceed_step"]
 
 
 class Note(Record):
@@ -75,8 +78,8 @@ class WindowStats(Record):
     total_ms: float
     median_step_ms: float
     samples_per_s: float
-    #: the contention guard (perftune/burst/contention.py): others' share of all cores during the window, steal time, the
-    #: 1-minute load average at its end, and whether others used more than CONTENDED_SHARE of the machine
+    #: the contention guard (perftune/burst/contention.py): others' share of all cores during the window, steal time,
+    #: the 1-minute load average at its end, and whether others used more than CONTENDED_SHARE of the machine
     others_cpu_share: Optional[float] = None
     steal_share: Optional[float] = None
     load_avg_1m: Optional[float] = None
@@ -86,7 +89,7 @@ class WindowStats(Record):
 
 
 class SplitWarning(Record):
-    """Something a reader of the splits must know, as data (``perftune.report.split_notes`` words it).
+    """Something a reader of the splits must know, as data (``perftune.words.split_notes`` words it).
 
     kind: ``launch_steps`` (the profile's launches split into ``figures["launch_steps"]`` steps, not the
     ``profiled_steps`` the burst ran), ``ops_overlap`` (op time exceeded the profiled steps' own compute: squeezed),
@@ -96,7 +99,7 @@ class SplitWarning(Record):
     ``op_ms`` squeezed into ``budget_ms``).
     """
 
-    kind: str
+    kind: SplitWarningKind
     figures: dict[str, float] = Field(default_factory=dict)
 
 
@@ -137,7 +140,7 @@ class Splits(Record):
     shares: dict[str, float] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _fill_shares(self) -> "Splits":
+    def _fill_shares(self) -> Splits:
         if not self.shares:
             total = self.step_ms or 1.0
             self.shares = {p: getattr(self, f"{p}_ms") / total for p in PHASES}
@@ -206,6 +209,20 @@ class Accuracy(Record):
     #: ``perftune.metric(name, value)``), name -> value, measured after ``val_metrics_samples`` samples seen
     val_metrics: dict[str, float] = Field(default_factory=dict)
     val_metrics_samples: Optional[int] = None
+
+
+class PhaseAgreement(Record):
+    """The median compute time (a step less its wait for data; ms, first steps left out) of each phase that runs
+    the same computation (accuracy, warm-up, timed, profiled) and whether they agree.  They should: a phase that
+    differs from the timed steps by more than ``limit`` (x1.3, or the timed steps' own p90/p10 spread where that is
+    wider) was timed differently, e.g. an asynchronous step timed from its dispatch, and the trial's figures are
+    suspect."""
+
+    medians_ms: dict[str, float]
+    worst_phase: Optional[str] = None  # the phase furthest from the timed steps
+    ratio: float = 1.0  # that phase's median over the timed median, or the inverse: >= 1
+    limit: float
+    agree: bool
 
 
 class Environment(Record):
@@ -296,7 +313,7 @@ class TrialResult(Record):
     parameter_count: Optional[int] = None
     samples_per_step: Optional[int] = None
     tokens_per_sample: Optional[int] = None
-    compile_ms: Optional[float] = None  # first step: graph compile + one step
+    compile_ms: Optional[float] = None  # first step: graph compile + one step, to its completion (read-back)
     warmup_steps: int = 0
     windows: list[WindowStats] = Field(default_factory=list)
     samples_per_s: Optional[float] = None  # all timed samples / summed window time: batch / mean step (throughput())
@@ -306,6 +323,7 @@ class TrialResult(Record):
     step_ms_p90: Optional[float] = None
     data_wait_ms_median: Optional[float] = None
     contended_windows: int = 0  # timed windows measured while other processes competed for the cores
+    phase_agreement: Optional[PhaseAgreement] = None  # the phases' step times checked against each other
     steps: list[StepRecord] = Field(default_factory=list)
     accuracy: Optional[Accuracy] = None
     memory: Memory = Field(default_factory=Memory)

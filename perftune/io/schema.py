@@ -124,10 +124,26 @@ def results_upgrade_to_5(data: dict) -> dict:
     return data
 
 
+def results_upgrade_to_6(data: dict) -> dict:
+    """Version 5 -> 6: the sweep's order rule, its multiplicity rule and the accuracy window's sizing are data
+    (``OrderRule``, ``Multiplicity``, ``WindowSizing``) instead of prose; an older file's prose is kept whole as
+    their ``legacy`` text (nothing parses it)."""
+    for key in ("order_rule", "multiplicity"):
+        text = data.get(key)
+        data[key] = {"legacy": text} if isinstance(text, str) and text else None
+    cal = data.get("accuracy_calibration")
+    if isinstance(cal, dict):
+        text = cal.get("sizing")
+        cal["sizing"] = {"legacy": text} if isinstance(text, str) and text else None
+    data["schema_version"] = 6
+    return data
+
+
 TRIAL_UPGRADES: dict[int, Callable[[dict], dict]] = {2: trial_upgrade_to_2, 3: trial_upgrade_to_3,
                                                     4: trial_upgrade_to_4}
 RESULTS_UPGRADES: dict[int, Callable[[dict], dict]] = {2: results_upgrade_to_2, 3: results_upgrade_to_3,
-                                                      4: results_upgrade_to_4, 5: results_upgrade_to_5}
+                                                      4: results_upgrade_to_4, 5: results_upgrade_to_5,
+                                                      6: results_upgrade_to_6}
 
 
 def _upgrade(data: dict, path: Path, what: str, current: int, steps: dict[int, Callable[[dict], dict]]) -> dict:

@@ -8,15 +8,26 @@ from pydantic import Field
 
 from perftune.io.accuracy_window import StackCheck, WindowReach
 from perftune.io.plan import Plan
-from perftune.io.records import RESULTS_SCHEMA_VERSION, Accuracy, Environment, Record, TrialResult
+from perftune.io.records import RESULTS_SCHEMA_VERSION, Accuracy, Environment, Record, TrialResult, TrialStatus
 
 #: ``repeat``: a further process of a single or stack configuration, measured while its comparison was open
 TrialKind = Literal["baseline", "single", "stack", "leave_one_out", "repeat"]
-Verdict = Literal[
+#: a trial's verdict in the sweep (a comparison's is ``ComparisonVerdict``, the interval's state
+#: ``stats.IntervalOutcome``)
+TrialVerdict = Literal[
     "baseline", "kept", "not significant", "slower", "accuracy rejected", "failed", "timeout", "oom", "unsupported",
     "no effect", "dropped", "measured", "equivalent", "undecided",
 ]
 
+
+#: a comparison's verdict: beyond its interval (faster, slower), inside the equivalence margin, or neither when its
+#: processes were spent (not significant: one look; undecided: sequential looks left it open)
+ComparisonVerdict = Literal["faster", "slower", "not significant", "equivalent", "undecided"]
+#: how a comparison measured: each side in its own processes, or both in one process (``perftune.engine.paired``)
+Design = Literal["processes", "paired"]
+
+#: which knobs the sweep races first (``OrderRule``)
+KnobGroupFirst = Literal["data", "compute"]
 
 #: verdicts of trials that measured nothing (their status, as the verdict)
 FAILED_VERDICTS = ("failed", "timeout", "oom", "unsupported")
@@ -30,7 +41,7 @@ class ComparisonRecord(Record):
     ci_low: float
     ci_high: float
     p_value: float
-    verdict: Literal["faster", "slower", "not significant", "equivalent", "undecided"]
+    verdict: ComparisonVerdict
     df: float
     processes: Optional[int] = None  # candidate processes the comparison used (each a block between references)
     reference_processes: Optional[int] = None
@@ -45,13 +56,13 @@ class ComparisonRecord(Record):
     runs_needed: Optional[int] = None  # undecided: about how many candidate processes would resolve it
     #: "paired": both sides in one process, alternating windows (``perftune.engine.paired``; ``processes`` counts
     #: the paired processes); None: each side in its own processes
-    design: Optional[str] = None
+    design: Optional[Design] = None
     paired_blocks: Optional[int] = None  # paired: the ABBA blocks of all its processes
     block_sd: Optional[float] = None  # paired: sd of one block's log ratio within a process
     process_sd: Optional[float] = None  # paired: sd of the log ratio between paired processes (with its prior)
     #: undecided before ``decision.max_runs``: the rest of the budget was unlikely to decide it (a futility stop)
     futile: bool = False
-    reason: str = ""  # the decision in words (``perftune.report.reasons.comparison_text`` of the fields above)
+    reason: str = ""  # the decision in words (``perftune.words.reasons.comparison_text`` of the fields above)
 
 
 class RatioPart(Record):
@@ -65,7 +76,7 @@ class RatioPart(Record):
 
 
 class Why(Record):
-    """A trial's verdict reason as data; ``perftune.report.reasons`` words it, the one renderer of every output.
+    """A trial's verdict reason as data; ``perftune.words.reasons`` words it, the one renderer of every output.
 
     The numbers (ratio, interval, processes, noise, contention) are the comparison's that decided (``comparison``
     names it); the rest is what outranked or qualified the timing."""
@@ -93,8 +104,8 @@ class SweepTrial(Record):
     kind: TrialKind
     changes: dict[str, Any] = Field(default_factory=dict)  # knobs that differ from the baseline
     replicate: int = 0
-    verdict: Verdict
-    reason: str = ""  # ``why`` in words, as every output renders it (``perftune.report.reasons.reason_text``)
+    verdict: TrialVerdict
+    reason: str = ""  # ``why`` in words, as every output renders it (``perftune.words.reasons.reason_text``)
     why: Optional[Why] = None  # the reason as data (None: nothing decided, or a bare failure in ``reason``)
     vs_baseline: Optional[ComparisonRecord] = None
     vs_previous: Optional[ComparisonRecord] = None  # stacks: against the stack before it; LOO: final vs this
@@ -146,7 +157,7 @@ class PairedProcess(Record):
     candidate: str
     replicate: int = 0
     swapped: bool = False  # the candidate ran as arm 0 (every other process: ``engine.paired.counterbalanced``)
-    status: str = "ok"
+    status: TrialStatus = "ok"
     reason: str = ""
     differences: list[float] = Field(default_factory=list)  # per block: log candidate - log reference (mean)
     windows: int = 0
@@ -156,13 +167,51 @@ class PairedProcess(Record):
     reused: bool = False
 
 
+class WindowSizing(Record):
+    """How the accuracy window's length was chosen (``perftune.engine.seed_runs``), as data; ``perftune.words.rules``
+    words it."""
+
+    #: plan: ``accuracy.samples`` given; loss_fell: the baseline's training loss fell enough by ``samples``;
+    #: budget: the longest window ``accuracy.window_budget_s`` allowed, the loss fell only ``loss_fall``;
+    #: probe_failed: the probe of the baseline failed (``failure``); knee: where the baseline's loss curve flattened
+    #: (issue 37; ``loss_fell`` is then the window extended past the budget to where the loss fell enough, and
+    #: ``loss_fall`` is 1 - end / start).  None: written before results schema 6
+    how: Optional[Literal["plan", "loss_fell", "budget", "probe_failed", "knee"]] = None
+    samples: int = 0
+    loss_fall: Optional[float] = None  # relative fall of the training loss over the window (None: too little to tell)
+    fall_factor: float = 0.0  # the fall asked for, in multiples of the tolerance
+    tolerance: float = 0.0  # the gate's relative tolerance
+    budget_s: Optional[float] = None
+    failure: str = ""
+    legacy: str = ""  # written before results schema 6: the sizing in words
+
+
+class OrderRule(Record):
+    """Which singles the sweep raced first, and why (``perftune.engine.order``), as data; ``perftune.words.rules``
+    words it."""
+
+    data_share: Optional[float] = None  # the baseline's first process: share of the step waiting for data
+    threshold: float = 0.0  # data-bound from this share on
+    first: Optional[KnobGroupFirst] = None  # None: written before results schema 6
+    legacy: str = ""  # written before results schema 6: the rule in words
+
+
+class Multiplicity(Record):
+    """How the sweep's many comparisons are kept honest, as data; ``perftune.words.rules`` words it."""
+
+    comparisons: int = 0  # the one-at-a-time comparisons of the Benjamini-Hochberg family
+    false_discovery_rate: float = 0.0
+    looks: int = 0  # the looks each interval allows for (Pocock)
+    legacy: str = ""  # written before results schema 6: the rule in words
+
+
 class AccuracyCalibration(Record):
     """How the accuracy gate was set up before the sweep (``perftune.engine.seed_runs``): the accuracy window's
     length (given, or sized from the baseline) and the baseline's accuracy windows with other seeds."""
 
     samples: int  # samples seen when every trial's accuracy is measured
     sized: bool = False  # chosen by perftune (``accuracy.samples`` not given)
-    sizing: str = ""  # what was chosen and why, in words
+    sizing: Optional[WindowSizing] = None  # what was chosen and why
     sizing_s: float = 0.0  # wall time of the sizing probes (as measured, also when a resume reused them)
     seeds: list[int] = Field(default_factory=list)  # the seeds of ``runs`` (the plan's own is the baseline's)
     runs: list[Accuracy] = Field(default_factory=list)  # their accuracy windows, in seed order
@@ -184,7 +233,7 @@ class SweepResult(Record):
     started_utc: str
     finished_utc: Optional[str] = None
     wall_s: Optional[float] = None
-    order_rule: str = ""
+    order_rule: Optional[OrderRule] = None
     trials: list[SweepTrial] = Field(default_factory=list)
     stack: list[StackStep] = Field(default_factory=list)
     aa_check: Optional[ComparisonRecord] = None  # baseline replicate vs the first baseline run
@@ -194,7 +243,7 @@ class SweepResult(Record):
     noise_sd: Optional[float] = None  # between-process noise the sweep measured (pooled, with the prior)
     noise_df: Optional[int] = None  # its degrees of freedom: observed + the prior's
     noise_observed_df: Optional[int] = None
-    multiplicity: str = ""  # how the sweep's many comparisons are kept honest (Benjamini-Hochberg), in words
+    multiplicity: Optional[Multiplicity] = None  # how the sweep's many comparisons are kept honest
     best_label: Optional[str] = None
     best_trial_id: Optional[str] = None
     best_vs_baseline: Optional[ComparisonRecord] = None

@@ -72,7 +72,8 @@ ASCEND_STEP_TRACE = CsvSpec(
         "Free": ("free_us", "float64"),
         "Stage": ("stage_us", "float64"),
         "Bubble": ("bubble_us", "float64"),
-        "Communication(Not Overlapped and Exclude Receive)": ("communication_not_overlapped_exclude_receive_us", "float64"),
+        "Communication(Not Overlapped and Exclude Receive)": ("communication_not_overlapped_exclude_receive_us",
+                                                              "float64"),
         "Preparing": ("preparing_us", "float64"),
     },
     optional=("Device_id", "Step", "Stage", "Bubble", "Communication(Not Overlapped and Exclude Receive)", "Preparing"),
@@ -129,7 +130,7 @@ def read_csv(spec: CsvSpec, path: Path, **kwargs) -> pd.DataFrame:
         out[dst] = num.astype("int64") if dtype == "int64" and not num.isna().any() else num.astype("float64")
     for src, (dst, dtype) in spec.columns.items():
         if src not in usecols:
-            out[dst] = np.nan if dtype != str else ""
+            out[dst] = np.nan if dtype is not str else ""
     return out
 
 

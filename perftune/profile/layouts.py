@@ -1,7 +1,8 @@
 """MindSpore profiler output folders -> :class:`ProfileData` (one DataFrame row per op and phase).
 
 :func:`load_profile` finds the ``*_ascend_ms`` folder, detects its layout, reads the declared columns and gives each
-op its phase (``op_phase.py`` by name and type, ``attribution.py`` by place in the step); ``splits.py`` turns that into time splits, ``session.py`` records a profile.
+op its phase (``op_phase.py`` by name and type, ``attribution.py`` by place in the step); ``splits.py`` turns that
+into time splits, ``session.py`` records a profile.
 
 Layouts (see ``/work/shared/mindspore-notes.md`` and ``profiler-layouts.md``):
 
@@ -29,6 +30,7 @@ from typing import Optional
 import pandas as pd
 
 from perftune.errors import ProfileError
+from perftune.profile.attribution import aggregate_launches, launch_table, phase_ms_by_step, place_launches
 from perftune.profile.columns import (
     ASCEND_DB,
     ASCEND_KERNELS,
@@ -42,7 +44,6 @@ from perftune.profile.columns import (
     read_csv,
     scan_timestamps,
 )
-from perftune.profile.attribution import aggregate_launches, launch_table, phase_ms_by_step, place_launches
 from perftune.profile.op_phase import OP_PHASES, phase_rule
 
 
@@ -183,7 +184,8 @@ def load_all_ranks(path: Path) -> list[ProfileData]:
             out.append(load_profile(root, r))
     seen = [p.rank for p in out]
     if len(set(seen)) != len(seen):
-        raise ProfileError(f"{path}: several profiler folders for the same rank ({sorted(seen)}); keep one run per folder")
+        raise ProfileError(f"{path}: several profiler folders for the same rank ({sorted(seen)}); "
+                           "keep one run per folder")
     return sorted(out, key=lambda p: p.rank)
 
 

@@ -165,7 +165,8 @@ def phase_rule(full_op_name: str, op_type: str) -> tuple[str, str]:
 def classify_phase(full_op_name: str, op_type: str) -> str:
     """The phase of an op from its scope and type: ``forward``, ``backward``, ``optimizer`` or ``communication``.
 
-    >>> classify_phase("Gradients/Default/net_with_loss-NetWithLoss/network-MLP/fc2-Dense/Grad_MatMul/MatMul-op1", "MatMul")
+    >>> classify_phase("Gradients/Default/net_with_loss-NetWithLoss/network-MLP/fc2-Dense/Grad_MatMul/MatMul-op1",
+    ...                "MatMul")
     'backward'
     >>> classify_phase("Default/optimizer-Adam/Assign-op1", "Assign")
     'optimizer'

@@ -7,11 +7,10 @@ import math
 import re
 from typing import Optional
 
-from perftune.profile.attribution import recompute_share
 from perftune.io.records import Splits, SplitWarning, TopOp, TopOpType
+from perftune.profile.attribution import recompute_share
 from perftune.profile.layouts import ProfileData
 from perftune.profile.op_phase import COMPUTE_PHASES, OP_PHASES
-
 
 #: a profiled step within this factor of the timed one is the same step; beyond it the ratio is a warning
 SAME_STEP = 0.05
@@ -44,16 +43,12 @@ def compute_splits(profile: ProfileData, profiled_steps: int, step_ms: float, da
     layout's ``step_trace_time.csv`` exists, its device-side Computing (split by op time into forward / backward /
     optimizer) and Communication(Not Overlapped) are used instead of the op sums.
     """
-    if profiled_steps < 1:
-        raise ValueError(f"profiled_steps must be >= 1, got {profiled_steps}")
-    if not (step_ms > 0 and math.isfinite(step_ms)):
-        raise ValueError(f"step_ms must be a positive number, got {step_ms}")
-    if not (0 <= data_wait_ms <= step_ms):
-        raise ValueError(f"data_wait_ms must be within [0, step_ms={step_ms}], got {data_wait_ms}")
+    _check_inputs(profiled_steps, step_ms, data_wait_ms)
     totals = profile.phase_totals_ms()
     per_step = {p: totals[p] / profiled_steps for p in OP_PHASES}
     source, warnings = "burst", []
-    if profile.launch_steps is not None and profile.launch_steps % profiled_steps and profiled_steps % profile.launch_steps:
+    launches = profile.launch_steps
+    if launches is not None and launches % profiled_steps and profiled_steps % launches:
         warnings.append(SplitWarning(kind="launch_steps", figures={"launch_steps": profile.launch_steps,
                                                                    "profiled_steps": profiled_steps}))
     by_step = profile.phase_ms_by_step
@@ -62,37 +57,17 @@ def compute_splits(profile: ProfileData, profiled_steps: int, step_ms: float, da
         source = "step_trace_time.csv (device: Computing, Communication(Not Overlapped)) + burst (step, data)"
         profiled_step_ms, by_step = None, None  # device time has no host profiler overhead to take out
     budget = step_ms - data_wait_ms
-    scale, shift = None, 0.0
     if profiled_step_ms is not None and profiled_step_ms - profiled_data_ms > 0:
-        profiled_compute = profiled_step_ms - profiled_data_ms
-        op_sum = sum(per_step.values())
-        if op_sum > profiled_compute:  # ops longer than their own steps: they overlap or wait
-            warnings.append(SplitWarning(kind="ops_overlap", figures={"op_ms": op_sum,
-                                                                      "profiled_ms": profiled_compute}))
-            per_step = {p: v * profiled_compute / op_sum for p, v in per_step.items()}
-        profiled, scale, shift = dict(per_step), budget / profiled_compute, budget - profiled_compute
-        per_step = {p: v * scale for p, v in per_step.items()}
-        warnings += _speed_warnings(scale, profiled_compute, budget)
-        other = max(budget - sum(per_step.values()), 0.0)
+        profiled, per_step, scale, shift = _carried(per_step, profiled_step_ms - profiled_data_ms, budget, warnings)
     else:
-        op_sum = sum(per_step.values())
-        if op_sum > budget:
-            scale = budget / op_sum if op_sum > 0 else 0.0
-            per_step = {p: v * scale for p, v in per_step.items()}
-            warnings.append(SplitWarning(kind="ops_exceed_step", figures={"op_ms": op_sum, "budget_ms": budget}))
-        profiled = dict(per_step)
-        other = max(budget - sum(per_step.values()), 0.0)  # other is the rest: the six add up to step_ms
+        profiled, per_step, scale, shift = _squeezed(per_step, budget, warnings)
+    other = max(budget - sum(per_step.values()), 0.0)  # other is the rest: the six add up to step_ms
     explained = 1.0 - other / step_ms
     op_total = float(profile.ops["total_ms"].sum())
     by_time = float(profile.ops.loc[profile.ops["phase_rule"].isin(BY_TIME_RULES), "total_ms"].sum())
     return Splits(
-        step_ms=step_ms,
-        data_ms=data_wait_ms,
-        forward_ms=per_step["forward"],
-        backward_ms=per_step["backward"],
-        optimizer_ms=per_step["optimizer"],
-        communication_ms=per_step["communication"],
-        other_ms=other,
+        step_ms=step_ms, data_ms=data_wait_ms, forward_ms=per_step["forward"], backward_ms=per_step["backward"],
+        optimizer_ms=per_step["optimizer"], communication_ms=per_step["communication"], other_ms=other,
         explained_share=min(1.0, max(0.0, explained)),
         step_source=source,
         profiled_step_ms=profiled_step_ms,
@@ -104,6 +79,43 @@ def compute_splits(profile: ProfileData, profiled_steps: int, step_ms: float, da
         phase_ranges=phase_ranges(profiled, per_step, shift, by_step),
         warnings=warnings,
     )
+
+
+def _check_inputs(profiled_steps: int, step_ms: float, data_wait_ms: float) -> None:
+    if profiled_steps < 1:
+        raise ValueError(f"profiled_steps must be >= 1, got {profiled_steps}")
+    if not (step_ms > 0 and math.isfinite(step_ms)):
+        raise ValueError(f"step_ms must be a positive number, got {step_ms}")
+    if not (0 <= data_wait_ms <= step_ms):
+        raise ValueError(f"data_wait_ms must be within [0, step_ms={step_ms}], got {data_wait_ms}")
+
+
+Phases = dict[str, float]
+
+
+def _carried(per_step: Phases, profiled_compute: float, budget: float,
+             warnings: list[SplitWarning]) -> tuple[Phases, Phases, Optional[float], float]:
+    """Each phase's share of the profiled steps' compute carried to the timed steps' ``budget``: (the profiled
+    phases, the carried ones, the scale, the shift); the warnings it finds appended to ``warnings``."""
+    op_sum = sum(per_step.values())
+    if op_sum > profiled_compute:  # ops longer than their own steps: they overlap or wait
+        warnings.append(SplitWarning(kind="ops_overlap", figures={"op_ms": op_sum, "profiled_ms": profiled_compute}))
+        per_step = {p: v * profiled_compute / op_sum for p, v in per_step.items()}
+    scale = budget / profiled_compute
+    warnings += _speed_warnings(scale, profiled_compute, budget)
+    return dict(per_step), {p: v * scale for p, v in per_step.items()}, scale, budget - profiled_compute
+
+
+def _squeezed(per_step: Phases, budget: float,
+              warnings: list[SplitWarning]) -> tuple[Phases, Phases, Optional[float], float]:
+    """No profiled step time: the op sums as they are, squeezed into ``budget`` where they exceed it."""
+    op_sum = sum(per_step.values())
+    scale = None
+    if op_sum > budget:
+        scale = budget / op_sum if op_sum > 0 else 0.0
+        per_step = {p: v * scale for p, v in per_step.items()}
+        warnings.append(SplitWarning(kind="ops_exceed_step", figures={"op_ms": op_sum, "budget_ms": budget}))
+    return dict(per_step), per_step, scale, 0.0
 
 
 def _device_phases(step_trace, per_step: dict[str, float]) -> dict[str, float]:

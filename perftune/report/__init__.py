@@ -4,8 +4,8 @@ Self-contained means: figures are embedded PNGs (``data:`` URIs), the CSS is inl
 Content-Security-Policy forbids fetching anything, so the file opens offline and shows the same thing everywhere.
 Modules: ``load`` (results.json + trial.json files), ``figures`` (matplotlib -> PNG), ``notes`` (bottleneck
 notes), ``html`` (context and jinja2 rendering, templates in ``templates/``), ``tables`` (ablation.csv/.md),
-``summary`` (the lines a command prints), ``frames`` (``perftune.load_results``), ``format`` (numbers),
-``language`` (greedy samples side by side, the accuracy gate's "cannot judge" lines); ``extra`` (template
+``summary`` (the lines a command prints), ``frames`` (``perftune.load_results``), ``accuracy_notes`` (the accuracy
+gate's "cannot judge" lines; numbers, reasons and samples in words are ``perftune.words``'); ``extra`` (template
 ``extra.html``: ``efficiency`` for MFU, ``figures_extra`` for MFU, drift and loss-difference figures) and ``export``
 (``perftune export``: TensorBoard runs and the step CSV).
 """

@@ -9,9 +9,9 @@ from typing import Optional
 from perftune.io.records import COMMUNICATION_FLAG_SHARE, PHASES, Environment
 from perftune.report import figures_extra
 from perftune.report.efficiency import efficiency
-from perftune.report.format import rate
 from perftune.report.load import SweepFolder
 from perftune.report.tables import process_label
+from perftune.words.format import rate
 
 
 def sweep_environment(folder: SweepFolder) -> Optional[Environment]:

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 
 from perftune.compat import mathtext_off
 from perftune.io.records import PHASES
-from perftune.report.format import speed_text
+from perftune.words.format import speed_text
 
 WIDTH_IN = 8.0
 DPI = 110

@@ -9,8 +9,18 @@ from typing import Optional, Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
-from perftune.report.figures import (CURVE_COLORS, WIDTH_IN, label_rows, legend_outside, phase_bars, plain_text,
-                                     rows_height, tidy_axes, to_png, verdict_bars)
+from perftune.report.figures import (
+    CURVE_COLORS,
+    WIDTH_IN,
+    label_rows,
+    legend_outside,
+    phase_bars,
+    plain_text,
+    rows_height,
+    tidy_axes,
+    to_png,
+    verdict_bars,
+)
 
 
 @plain_text

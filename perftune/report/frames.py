@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from perftune.engine import lm
 from perftune.io.files import read_sweep
 from perftune.io.records import PHASES
 from perftune.io.sweep_records import SweepResult
-from perftune.report.reasons import reason_text
 from perftune.report.tables import ablation_table
+from perftune.words import lm
+from perftune.words.reasons import reason_text
 
 
 @dataclass

@@ -16,20 +16,23 @@ import jinja2
 import pandas as pd
 import yaml
 
-from perftune import __version__ as perftune_version
+from perftune.version import __version__ as perftune_version
 from perftune.knobs import label_of
 from perftune.io.records import PHASES
 from perftune.engine.seed_band import figure_band
 from perftune.engine.seed_runs import band
 from perftune.io.sweep_records import FAILED_VERDICTS, SweepResult, SweepTrial
-from perftune.report import figures, language
+from perftune.report import figures
+from perftune.report.accuracy_notes import gate_cannot_judge
 from perftune.report.window_words import stack_check_context
+from perftune.words import samples as language
 from perftune.report.extra import extra_context
-from perftune.report.format import count_word, num, rate, speed_text, step_text, verdict_counts
+from perftune.words.format import count_word, num, rate, speed_text, step_text, verdict_counts
 from perftune.report.load import SweepFolder
 from perftune.report.notes import bottleneck_note, tried_changes
 from perftune.report.ops import top_op_rows
-from perftune.report.split_notes import split_notes
+from perftune.words.rules import order_rule_text
+from perftune.words.split_notes import split_notes
 from perftune.report.summary import comparison_lines, node_lines, noise_line, paired_lines
 from perftune.report.tables import ablation_table, loo_table, optional_columns, process_label, singles_table
 
@@ -183,7 +186,7 @@ def _summary(folder: SweepFolder, metric: str) -> dict:
         "python": env.python_version if env else None,
         "git_commit": env.git_commit if env else None,
         "aa": aa_text, "aa_class": aa_class, "aa_note": aa_note, "paired": paired_lines(res),
-        "order_rule": res.order_rule,
+        "order_rule": order_rule_text(res.order_rule),
         "noise": noise_line(res),
         "decisions": comparison_lines(res),
         "nodes": node_lines(res),  # a sweep on a Ray cluster: trials per node, node effect, within-node comparisons
@@ -319,7 +322,7 @@ def build_context(folder: SweepFolder) -> dict:
         "top_ops": [x for x in (_top_ops(t, process_label(t, folder.trials)) for t in folder.trials
                                 if t.result.status == "ok") if x],
         "samples": language.samples(res),
-        "cannot_judge": language.gate_cannot_judge(res),
+        "cannot_judge": gate_cannot_judge(res),
         "failed": _failed(folder),
         "reproduce": _reproduce(folder),
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),

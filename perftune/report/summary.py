@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perftune.engine import lm
-from perftune.report.window_words import limits_line, stack_check_lines, window_lines
 from perftune.io.files import RESULTS_NAME
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult
-from perftune.report.format import count_word, mb, speed_text, time_ratio_text, validation_figures, verdict_counts
-from perftune.report.language import gate_cannot_judge
-from perftune.report.reasons import comparison_text, decision_line
-from perftune.report.split_notes import split_notes
-from perftune.report.format import num as format_num
+from perftune.report.accuracy_notes import gate_cannot_judge
+from perftune.report.window_words import limits_line, stack_check_lines, window_lines
+from perftune.words import lm
+from perftune.words.format import count_word, mb, speed_text, time_ratio_text, validation_figures, verdict_counts
+from perftune.words.format import num as format_num
+from perftune.words.reasons import comparison_text, decision_line
+from perftune.words.rules import multiplicity_text
+from perftune.words.split_notes import split_notes
 
 
 def _num(value, fmt: str = ".1f") -> str:
@@ -32,14 +33,17 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
         lines.append(f"  folder: {trial_dir}")
         return "\n".join(lines)
     acc = r.accuracy
+    others = [w.others_cpu_share for w in r.windows if w.others_cpu_share is not None]
     lines = [
         f"trial {r.trial_id}: ok ({r.workload} on {r.device}, {_num(r.parameter_count, ',')} parameters)",
         f"  throughput   {lm.throughput_text(r)}"
         + (f", model {lm.model_gflop_per_s(r):.2f} GFLOP/s" if lm.model_gflop_per_s(r) else ""),
-        f"  step time    mean {_num(r.step_ms_mean, '.2f')} ms (median {r.step_ms_median:.2f}, p10 {r.step_ms_p10:.2f}, "
+        f"  step time    mean {_num(r.step_ms_mean, '.2f')} ms (median {r.step_ms_median:.2f}, "
+        f"p10 {r.step_ms_p10:.2f}, "
         f"p90 {r.step_ms_p90:.2f}), waiting for data {r.data_wait_ms_median:.2f} ms (median)",
-        f"  compile      {_num(r.compile_ms, '.0f')} ms (first step)",
-        f"  machine      others used {_share(max((w.others_cpu_share for w in r.windows if w.others_cpu_share is not None), default=None))} "
+        f"  compile      {_num(r.compile_ms, '.0f')} ms (first step, to its completion)",
+        *phase_lines(r),
+        f"  machine      others used {_share(max(others, default=None))} "
         f"of the cores at most during a timed window; {r.contended_windows} of {len(r.windows)} windows contended",
         f"  memory       host RSS peak {mb(r.memory.host_rss_peak_bytes)}, allocator peak "
         f"{mb(r.memory.allocator_peak_bytes)}",
@@ -57,7 +61,8 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
     if p and p.splits:
         s = p.splits
         recompute = f" (of which recompute {s.recompute_ms:.2f})" if s.recompute_ms else ""
-        lines.append(f"  splits (ms)  of the mean step {s.step_ms:.2f}: data {s.data_ms:.2f}, forward {s.forward_ms:.2f}, backward {s.backward_ms:.2f}"
+        lines.append(f"  splits (ms)  of the mean step {s.step_ms:.2f}: data {s.data_ms:.2f}, "
+                     f"forward {s.forward_ms:.2f}, backward {s.backward_ms:.2f}"
                      f"{recompute}, optimizer {s.optimizer_ms:.2f}, communication {s.communication_ms:.2f}, "
                      f"other {s.other_ms:.2f}")
         for text in split_notes(s):
@@ -71,6 +76,27 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
         lines.append(f"  note         {note.text}")
     lines.append(f"  folder: {trial_dir}")
     return "\n".join(lines)
+
+
+def phase_lines(r: TrialResult) -> list[str]:
+    """The median compute of each phase that ran the same computation: they should agree (``burst/agreement.py``)."""
+    a = r.phase_agreement
+    if a is None:
+        return []
+    medians = ", ".join(f"{name} {ms:.2f}" for name, ms in a.medians_ms.items())
+    verdict = (f"agree (within x{a.limit:.2f})" if a.agree
+               else f"DISAGREE: {a.worst_phase} x{a.ratio:.2f} the timed steps (allowed x{a.limit:.2f})")
+    return [f"  phases       median compute (ms, a step less its wait for data): {medians}; {verdict}"]
+
+
+def disagreeing_phases(result: SweepResult) -> list[str]:
+    """The processes whose phases disagree: their figures were used, so the summary says which."""
+    labels = sorted({f"{t.label} (run {t.replicate + 1})" for t in result.trials
+                     if t.result.phase_agreement is not None and not t.result.phase_agreement.agree})
+    if not labels:
+        return []
+    return [f"phases disagree in {len(labels)} process(es), whose figures are suspect (each trial's note says "
+            f"which phase): {', '.join(labels)}"]
 
 
 def validation_lines(r: TrialResult) -> list[str]:
@@ -92,7 +118,8 @@ def noise_line(result: SweepResult) -> str:
     observed = result.noise_observed_df or 0
     return (f"noise: two processes of one configuration differ by {result.noise_sd:.1%} (sd of log throughput, "
             f"pooled over the sweep: {observed} observed + {(result.noise_df or 0) - observed} prior degrees of "
-            f"freedom)" + (f"; false alarms controlled over {result.multiplicity}" if result.multiplicity else ""))
+            f"freedom)" + (f"; false alarms controlled over {multiplicity_text(result.multiplicity)}"
+                           if result.multiplicity else ""))
 
 
 def paired_lines(result: SweepResult) -> list[str]:
@@ -146,6 +173,7 @@ def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) 
     lines += [f"accuracy gate: {line}" for line in window_lines(result) + gate_cannot_judge(result)]
     lines += stack_check_lines(result) + [f"accuracy window cannot see: {x}" for x in [limits_line(result)] if x]
     lines += node_lines(result)
+    lines += disagreeing_phases(result)
     lines.append(f"tables: {out_dir / 'ablation.md'}, {out_dir / 'ablation.csv'}; results: {out_dir / RESULTS_NAME}")
     if report_path:
         lines.append(f"report: {report_path}")
@@ -165,7 +193,8 @@ def _language_lines(result: SweepResult) -> list[str]:
 
 
 def node_lines(result: SweepResult) -> list[str]:
-    """A cluster sweep (``--executor ray``): trials per node, the node effect, each trial against its node's baseline."""
+    """A cluster sweep (``--executor ray``): trials per node, the node effect, each trial against its node's
+    baseline."""
     nodes = result.nodes
     if nodes is None:
         return []

@@ -11,12 +11,13 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from perftune.engine import lm
+from perftune.words import lm
 from perftune.io.records import PHASES
 from perftune.io.store import write_text_atomic
 from perftune.io.sweep_records import SweepResult, SweepTrial
-from perftune.report.format import num, rate, speed_text, step_text, validation_figures
-from perftune.report.reasons import reason_text, stack_reason
+from perftune.words.format import num, rate, speed_text, step_text, validation_figures
+from perftune.words.reasons import reason_text, stack_reason
+from perftune.words.rules import order_rule_text
 from perftune.report.summary import comparison_lines, noise_line, paired_lines
 
 
@@ -48,7 +49,7 @@ def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
     acc = r.accuracy
     row[metric] = getattr(acc, metric) if acc else None
     if metric == "perplexity" and row[metric] is not None and lm.overflows(row[metric]):
-        row[metric] = None  # gated on perplexity: the gate's value, but never a 100-digit number (engine/lm.py)
+        row[metric] = None  # gated on perplexity: the gate's value, but never a 100-digit number (words/lm.py)
     row[f"{metric}_change"] = trial.accuracy_changes.get(metric) if trial.kind != "baseline" else 0.0
     if metric != "perplexity":  # as the gate's metric it is there already, language model or not
         row["perplexity"] = lm.perplexity(r)
@@ -195,7 +196,7 @@ def markdown_report(result: SweepResult) -> str:
     if not loo.empty:
         parts += ["### Leave one out (final stack minus one change)", "", to_markdown(loo, metric)]
     if result.order_rule:
-        parts += [f"Order rule: {md_text(result.order_rule)}.", ""]
+        parts += [f"Order rule: {md_text(order_rule_text(result.order_rule))}.", ""]
     parts += ["Ratios: the configuration's speed against its reference, `x1.23 faster` / `x1.10 slower` with the 95% "
               "interval of that same factor.  Step time: the mean over the timed steps (throughput is batch / mean "
               "step, and the splits add up to it), the median beside it.  Compile: the first step.", ""]

@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from perftune.io.accuracy_window import FigureCheck, StackCheck, WindowReach
 from perftune.io.sweep_records import SweepResult
 from perftune.report import figures
+from perftune.words.rules import sizing_text
 
 CURVE = "train_loss@"
 
@@ -60,7 +61,7 @@ def window_lines(result: SweepResult) -> list[str]:
     probes = f", probes {cal.sizing_s:.0f} s" if cal.sized else ""
     reach = f" ({reach_text(cal.reach)})" if cal.reach is not None and reach_text(cal.reach) else ""
     failed = f"; failed seed runs: {'; '.join(cal.failed)}" if cal.failed else ""
-    return [f"window {cal.sizing}{reach}{probes}; {seeds}{failed}"]
+    return [f"window {sizing_text(cal.sizing)}{reach}{probes}; {seeds}{failed}"]
 
 
 def limits_line(result: SweepResult) -> Optional[str]:

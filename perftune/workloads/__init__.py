@@ -28,7 +28,8 @@ def check_reference(ref: str) -> str | None:
     if ref in BUILTIN:
         return None
     if ":" not in ref:
-        return f"unknown workload {ref!r}: use a built-in name ({', '.join(sorted(BUILTIN))}) or 'package.module:function'"
+        return (f"unknown workload {ref!r}: use a built-in name ({', '.join(sorted(BUILTIN))}) "
+                "or 'package.module:function'")
     module_name, _, func_name = ref.partition(":")
     if not module_name or not func_name or module_name.startswith(".") or module_name.endswith(".") \
             or not all(part.isidentifier() for part in module_name.split(".")) or not func_name.isidentifier():

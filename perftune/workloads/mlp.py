@@ -47,7 +47,7 @@ def _teacher_data(rng: np.random.Generator, n: int, in_dim: int, classes: int, w
     return x, y
 
 
-class Block(nn.Cell):
+class DenseBlock(nn.Cell):
     def __init__(self, d_in, d_out):
         super().__init__()
         self.dense = nn.Dense(d_in, d_out)
@@ -61,7 +61,7 @@ class MLP(nn.Cell):
     def __init__(self, in_dim: int, hidden: int, layers: int, classes: int):
         super().__init__()
         dims = [in_dim] + [hidden] * layers
-        self.blocks = nn.CellList([Block(a, b) for a, b in zip(dims[:-1], dims[1:])])
+        self.blocks = nn.CellList([DenseBlock(a, b) for a, b in zip(dims[:-1], dims[1:])])
         self.head = nn.Dense(dims[-1], classes)
 
     def construct(self, x):

@@ -19,9 +19,8 @@ import numbers
 import sysconfig
 from pathlib import Path
 
-import numpy as np
-
 import mindspore as ms
+import numpy as np
 from mindspore import nn, ops
 from mindspore.common.initializer import Normal, initializer
 
@@ -129,7 +128,7 @@ class CausalSelfAttention(nn.Cell):
         return self.proj(y)
 
 
-class Block(nn.Cell):
+class DecoderBlock(nn.Cell):
     """Pre-LayerNorm transformer block: x + attn(ln(x)), then x + mlp(ln(x)) with a 4x GELU MLP."""
 
     def __init__(self, d: int, n_heads: int, seq_len: int, proj_sigma: float):
@@ -154,7 +153,7 @@ class TinyGPT(nn.Cell):
         proj_sigma = 0.02 / math.sqrt(2 * n_layers)  # GPT-2: scaled init of the residual projections
         self.wte = nn.Embedding(VOCAB, d, embedding_table=Normal(0.02))
         self.wpe = ms.Parameter(initializer(Normal(0.02), (seq_len, d), ms.float32), name="wpe")
-        self.blocks = nn.SequentialCell([Block(d, n_heads, seq_len, proj_sigma) for _ in range(n_layers)])
+        self.blocks = nn.SequentialCell([DecoderBlock(d, n_heads, seq_len, proj_sigma) for _ in range(n_layers)])
         self.ln_f = nn.LayerNorm((d,))
         self.head = nn.Dense(d, VOCAB, weight_init=Normal(0.02), has_bias=False)
         self.cast = ops.Cast()
@@ -178,14 +177,9 @@ class LMLoss(nn.Cell):
         return self.ce(self.cast(logits.reshape(-1, VOCAB), ms.float32), labels.reshape(-1))
 
 
-def build(params: dict, seed: int) -> Workload:
-    p = check_params(params)
-    d, n_layers, n_heads, seq_len = p["d_model"], p["n_layers"], p["n_heads"], p["seq_len"]
-    _warm_eager()
-
-    # ---- data -------------------------------------------------------------------------------------------------
-    text = load_corpus(p["corpus_bytes"])
-    corpus = np.frombuffer(text, dtype=np.uint8)
+def _split_windows(corpus: np.ndarray, p: dict, seed: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """(where the validation text starts, the training windows' starts, the validation windows' starts)."""
+    seq_len = p["seq_len"]
     split = len(corpus) - int(len(corpus) * VAL_FRACTION)  # train text: [0, split), validation text: [split, end)
     n_train_starts = split - seq_len  # a window is seq_len + 1 bytes (tokens + the one extra label byte)
     n_val_starts = len(corpus) - split - seq_len
@@ -199,6 +193,38 @@ def build(params: dict, seed: int) -> Workload:
     train_starts = rng.choice(n_train_starts, size=p["train_samples"], replace=False)
     # validation: evenly spaced windows over the validation text, the same for every seed
     val_starts = split + np.linspace(0, n_val_starts - 1, p["val_samples"]).round().astype(np.int64)
+    return split, train_starts, val_starts
+
+
+def _greedy(prompt: bytes, seq_len: int):
+    """``generate(net, new_tokens)``: greedy continuation of ``prompt``."""
+
+    def generate(net, new_tokens: int) -> list[int]:
+        """Always a (1, seq_len) window, right-padded, argmax at the last real byte."""
+        ids = list(prompt)
+        out: list[int] = []
+        for _ in range(int(new_tokens)):
+            ctx = ids[-seq_len:]
+            window = np.zeros((1, seq_len), np.int32)
+            window[0, : len(ctx)] = ctx
+            logits = net(ms.Tensor(window)).asnumpy()
+            nxt = int(logits[0, len(ctx) - 1].argmax())
+            ids.append(nxt)
+            out.append(nxt)
+        return out
+
+    return generate
+
+
+def build(params: dict, seed: int) -> Workload:
+    p = check_params(params)
+    d, n_layers, n_heads, seq_len = p["d_model"], p["n_layers"], p["n_heads"], p["seq_len"]
+    _warm_eager()
+
+    # ---- data -------------------------------------------------------------------------------------------------
+    text = load_corpus(p["corpus_bytes"])
+    corpus = np.frombuffer(text, dtype=np.uint8)
+    split, train_starts, val_starts = _split_windows(corpus, p, seed)
     train_tokens, train_labels = _windows(corpus, train_starts.astype(np.int64), seq_len)
     val_tokens, val_labels = _windows(corpus, val_starts, seq_len)
 
@@ -218,19 +244,7 @@ def build(params: dict, seed: int) -> Workload:
     line_start = (at if at >= 0 else val_text.find(b"\n")) + 1
     prompt = val_text[line_start : line_start + seq_len // 2]
 
-    def generate(net, new_tokens: int) -> list[int]:
-        """Greedy continuation of ``prompt``: always a (1, seq_len) window, right-padded, argmax at the last real byte."""
-        ids = list(prompt)
-        out: list[int] = []
-        for _ in range(int(new_tokens)):
-            ctx = ids[-seq_len:]
-            window = np.zeros((1, seq_len), np.int32)
-            window[0, : len(ctx)] = ctx
-            logits = net(ms.Tensor(window)).asnumpy()
-            nxt = int(logits[0, len(ctx) - 1].argmax())
-            ids.append(nxt)
-            out.append(nxt)
-        return out
+    generate = _greedy(prompt, seq_len)
 
     def decode(ids: list) -> str:
         return bytes(int(i) & 0xFF for i in ids).decode("utf-8", errors="replace")

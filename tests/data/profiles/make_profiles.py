@@ -96,8 +96,8 @@ TINY_GPT_SCENARIOS = [name for name in SCENARIOS if name.startswith("tiny_gpt_")
 
 
 def worker(args: argparse.Namespace) -> None:
-    import numpy as np
     import mindspore as ms
+    import numpy as np
 
     ms.set_device("CPU")
     ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
@@ -128,8 +128,8 @@ def worker(args: argparse.Namespace) -> None:
 
 def build_mlp(group: int, rank: int):
     """The MLP scenarios' own TrainStep (the burst's cell form as it was when they were made) and batches."""
-    import numpy as np
     import mindspore.dataset as ds
+    import numpy as np
     from mindspore import nn, ops
 
     class MLP(nn.Cell):

@@ -42,9 +42,9 @@ PROFILED_STEPS = 2
 
 def build_image_model(name: str):
     """A mindcv model trained as ``Model.train`` trains it (its train network), and one batch."""
-    import numpy as np
-    import mindspore as ms
     import mindcv
+    import mindspore as ms
+    import numpy as np
     from mindcv.models.vit import VisionTransformer
     from mindspore.train import Model
 
@@ -83,8 +83,8 @@ def build_lm(name: str, graph: bool):
 
 
 def worker(model: str, mode: str, out: Path) -> None:
-    import numpy as np
     import mindspore as ms
+    import numpy as np
 
     from perftune.profile.session import ProfilerSession
 

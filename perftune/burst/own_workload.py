@@ -8,17 +8,14 @@ and perplexity, a language model's greedy sample, and the ranks of a distributed
 from __future__ import annotations
 
 import math
-import os
-import signal
-import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from perftune.burst import amp_check
-from perftune.burst.collectives import agree_max, all_gather_bytes, init_distributed, own_summary
+from perftune.burst.collectives import agree_max, exchange_ranks, fault_injection, init_distributed
 from perftune.burst.context import (
     apply_context,
     distributed_read_back,
@@ -29,11 +26,11 @@ from perftune.burst.context import (
     scale_learning_rate,
     single_process_notes,
 )
-from perftune.burst.failures import KnobRefused, one_line
+from perftune.burst.failures import KnobRefused
 from perftune.burst.meter import Meter
 from perftune.burst.results import read_memory
-from perftune.io.records import Accuracy, Note, RankSummary, TrialResult, TrialSpec
 from perftune.io.derived import failed_result
+from perftune.io.records import Accuracy, Note, TrialResult, TrialSpec
 
 VAL_BATCH = 64  # the same validation batches for every trial, whatever its batch size
 
@@ -57,8 +54,6 @@ class Burst:
         import mindspore as ms
         import mindspore.dataset as ds
 
-        from perftune.burst.data import build_dataset
-        from perftune.burst.train_step import NetWithLoss, build_train_step
         from perftune.workloads import resolve
 
         spec, k = self.spec, self.k
@@ -79,6 +74,24 @@ class Burst:
                                             spec.seed if spec.data_seed is None else spec.data_seed)
         workload.check()
         self.workload = workload
+        amp_effect = self.build_network()
+        reducer = self.build_steps()
+        self.result.parameter_count = int(sum(int(np.prod(p.shape)) for p in self.network.trainable_params()))
+        self.result.tokens_per_sample = workload.tokens_per_sample
+        self.result.flops_per_sample = workload.flops_per_sample
+        dataset = self.build_pipelines()
+        self.result.applied = read_back(k, self.network, self.step_fn, dataset)
+        self.result.applied["amp_effect"] = amp_effect
+        if self.world > 1:
+            self.result.applied.update(distributed_read_back(self.rank, self.world, reducer is not None))
+        if workload.preprocess is None and k["python_multiprocessing"]:
+            self.result.notes.append(Note(kind="no_effect", knob="python_multiprocessing",
+                                          text="python_multiprocessing=true has no effect here: the workload has no "
+                                               "Python preprocessing map"))
+
+    def build_network(self) -> Any:
+        """The workload's network with AMP and recompute applied; returns AMP's measured effect."""
+        workload, k = self.workload, self.k
         network = workload.network
         # AMP with a forward probe before and after: its effect, not its wrapper, goes into `applied` (issue 14)
         amp_outcome = amp_check.apply_amp(network, k["amp_level"],
@@ -95,9 +108,16 @@ class Burst:
             for cell in cells:
                 cell.recompute()
         self.network = network
-        net_with_loss = NetWithLoss(network, workload.loss_fn)
+        return amp_outcome.effect
+
+    def build_steps(self) -> Any:
+        """The accuracy phase's step and the timed one; returns the data-parallel gradient reducer (or None)."""
+        from perftune.burst.train_step import NetWithLoss, build_train_step
+
+        spec, k = self.spec, self.k
+        net_with_loss = NetWithLoss(self.network, self.workload.loss_fn)
         self.net_with_loss = net_with_loss
-        optimizer = workload.make_optimizer(network.trainable_params())
+        optimizer = self.workload.make_optimizer(self.network.trainable_params())
         if spec.lr_scale != 1.0:
             self.result.notes.append(scale_learning_rate(optimizer, spec.lr_scale))
         self.learning_rate = learning_rate(optimizer)
@@ -114,38 +134,35 @@ class Burst:
         self.step_fn = build_train_step(k["train_step"], net_with_loss, optimizer, k["loss_scale"],
                                         int(k["grad_accum_steps"]), graph, k["jit_level"], reducer,
                                         with_norm=False, scaler=self.accuracy_step_fn.scaler)
-        self.result.parameter_count = int(sum(int(np.prod(p.shape)) for p in network.trainable_params()))
-        self.result.tokens_per_sample = workload.tokens_per_sample
-        self.result.flops_per_sample = workload.flops_per_sample
+        return reducer
+
+    def build_pipelines(self) -> Any:
+        """The training pipeline (and a paired process's second one); returns the first."""
+        from perftune.burst.data import build_dataset
+
+        spec, k = self.spec, self.k
         cache = Path(spec.cache_dir) if spec.cache_dir else self.dir / "cache"
         self.cache_dir = cache
         if self.world > 1:  # batch_size is the global batch: each rank reads its shard, batch_size / world rows
-            dataset = build_dataset(workload, k, "train", cache, batch_size=int(k["batch_size"]) // self.world,
+            dataset = build_dataset(self.workload, k, "train", cache, batch_size=int(k["batch_size"]) // self.world,
                                     num_shards=self.world, shard_id=self.rank)
         else:
-            dataset = build_dataset(workload, k, "train", cache)
+            dataset = build_dataset(self.workload, k, "train", cache)
         self.iterator = dataset.create_tuple_iterator(num_epochs=1, do_copy=False)
         self.iterators = [self.iterator]
         if spec.pair is not None:  # a paired process: the candidate's pipeline beside the reference's (arm 1)
             self.iterators.append(self.pair_pipeline(cache).create_tuple_iterator(num_epochs=1, do_copy=False))
-        self.result.applied = read_back(k, network, self.step_fn, dataset)
-        self.result.applied["amp_effect"] = amp_outcome.effect
-        if self.world > 1:
-            self.result.applied.update(distributed_read_back(self.rank, self.world, reducer is not None))
-        if workload.preprocess is None and k["python_multiprocessing"]:
-            self.result.notes.append(Note(kind="no_effect", knob="python_multiprocessing",
-                                          text="python_multiprocessing=true has no effect here: the workload has no "
-                                               "Python preprocessing map"))
+        return dataset
 
     # -- the steps: perftune's own loop drives the one phase machine (meter.Meter) ---------------------------------
     def train(self) -> None:
         """Step until the Meter has every phase.  The accuracy window's steps use the step that also computes the
-        gradient norm (for the gate); the others leave it out, and the timed windows' losses are not read back per
-        step (the Meter reads them once per window, as training on an asynchronous backend does)."""
+        gradient norm (for the gate); the others leave it out.  The Meter completes each step (reads its loss back)
+        before it times its end, so an asynchronous step is timed as it really runs."""
         meter = self.meter
         meter.start()
         while not meter.done:
-            self.fault_injection()
+            fault_injection(self.kill_after, self.steps_done, self.rank)
             batch = next(self.iterators[meter.arm])
             meter.begin()
             loss, grad_norm = (self.accuracy_step_fn if meter.phase == "accuracy" else self.step_fn)(*batch)
@@ -164,18 +181,6 @@ class Burst:
             workload = resolve(spec.workload)(dict(pair.workload_params),
                                               spec.seed if spec.data_seed is None else spec.data_seed)
         return build_dataset(workload, pair.knobs, "train", cache)
-
-    def fault_injection(self) -> None:
-        """Test-only: a rank that dies after ``kill_after`` steps (see ``collectives.init_distributed``)."""
-        if self.kill_after is None or self.steps_done < self.kill_after:
-            return
-        if os.environ.get("PERFTUNE_TEST_KILL_SIGNAL") == "1":  # as the OOM killer or a user's kill -9 would
-            print(f"perftune: fault injection (PERFTUNE_TEST_KILL_RANK): rank {self.rank} is killed by SIGKILL "
-                  f"after {self.steps_done} steps", file=sys.stderr, flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
-        print(f"perftune: fault injection (PERFTUNE_TEST_KILL_RANK): rank {self.rank} exits with code 9 after "
-              f"{self.steps_done} steps", file=sys.stderr, flush=True)
-        os._exit(9)
 
     def accuracy_end(self, acc: Accuracy) -> None:
         """The Meter's hook at the accuracy window's end: validation loss / perplexity and, for language models, a
@@ -209,18 +214,6 @@ class Burst:
 
     # -- distributed (workers >= 2, one process per rank under msrun) ------------------------------------------
 
-    def exchange_ranks(self) -> None:
-        """Every rank's summary to every rank (one collective), so each node's trial.json describes all ranks."""
-        mine = own_summary(self.result, self.rank, self.dir)
-        self.result.world_size = self.world
-        try:
-            payloads = all_gather_bytes(mine.model_dump_json().encode(), self.rank, self.world)
-            self.result.ranks = [RankSummary.model_validate_json(p) for p in payloads]
-        except Exception as exc:  # noqa: BLE001 - the local figures still stand; the launcher says what is missing
-            self.result.notes.append(Note(kind="warning", text=f"rank {self.rank}: could not exchange the rank "
-                                                               f"summaries ({one_line(exc)})"))
-            self.result.ranks = [mine]
-
     def memory(self) -> None:
         read_memory(self.result, self.spec.device)
 
@@ -235,7 +228,7 @@ class Burst:
         self.train()
         self.result.status = "ok"
         if self.world > 1:
-            self.exchange_ranks()
+            exchange_ranks(self.result, self.rank, self.world, self.dir)
         self.result.wall_s = time.perf_counter() - started
         return self.result
 

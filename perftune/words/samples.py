@@ -1,19 +1,17 @@
-"""The report's language-model and accuracy-gate blocks: the greedy samples of the baseline and of the final stack
-side by side, and the metrics the gate could not judge at this burst length.
+"""The report's language-model block: the greedy samples of the baseline and of the final stack side by side.
 
-A reader of an LM sweep wants to see what the model writes, not only a repetition number, and to be told when the
-accuracy gate passed a trial only because the baseline itself was degenerate (``engine.accuracy.unjudged``).  The
-texts are data: the template escapes them like every other string from the results.
+A reader of an LM sweep wants to see what the model writes, not only a repetition number.  The texts are data: the
+template escapes them like every other string from the results.  (The metrics the accuracy gate could not judge
+are ``perftune.report.accuracy_notes``'s: they need the engine's gate.)
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-from perftune.engine import lm
-from perftune.engine.accuracy import unjudged
 from perftune.io.sweep_records import SweepResult, SweepTrial
-from perftune.report.format import num
+from perftune.words import lm
+from perftune.words.format import num
 
 
 def _first_ok_baseline(result: SweepResult) -> Optional[SweepTrial]:
@@ -49,10 +47,3 @@ def samples(result: SweepResult) -> dict:
         columns.append(_sample(best, f"final stack: {result.best_label}"))
     return {"shown": True, "columns": columns, "note": note}
 
-
-def gate_cannot_judge(result: SweepResult) -> list[str]:
-    """Why the gate's metrics cannot judge against this sweep's baseline (empty when they all can)."""
-    base = _first_ok_baseline(result)
-    if base is None or base.result.accuracy is None:
-        return []
-    return list(unjudged(base.result.accuracy, result.plan.accuracy).values())

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Optional
 
 from perftune.io.sweep_records import ComparisonRecord, SweepTrial, Why
-from perftune.report.format import speed_text
+from perftune.words.format import speed_text
 
 
 def ratio_text(c: ComparisonRecord) -> str:

@@ -17,8 +17,7 @@ import math
 from typing import Optional
 
 from perftune.io.records import TrialResult
-from perftune.report.format import rate
-
+from perftune.words.format import rate
 
 #: exp(loss) from here on is no figure a reader can use (exp(13.8 nats); a byte-level or a 32k-token vocabulary
 #: guessed uniformly is at 256 or 32,000): printed as "overflows", left out of tables

@@ -1,0 +1,67 @@
+"""Phases that must agree, checked: the accuracy window's steps, the warm-up's steady steps, the timed steps and the
+profiled steps run the same computation, so their median compute times (a step less its wait for its batch) should
+agree, within the profiler's overhead and the accuracy step's gradient norm. The wait itself may differ: a queue
+refilled during validation or the profiler's start feeds a data-bound step at once. Where one does not, the steps
+were not timed alike (an asynchronous step timed from its dispatch once made the untimed phases x600 faster than the
+timed ones) or the machine changed between phases; the trial says so in words (a warning note) and as data
+(``TrialResult.phase_agreement``)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from perftune.io.records import Note, PhaseAgreement, StepRecord
+
+#: phases whose medians differ from the timed steps' by more than this (or the timed steps' own p90/p10 spread,
+#: where wider) disagree.  The accuracy step also computes the gradient norm (up to +20% on a small CPU step) and
+#: the profiler adds up to +15% to a 3 ms step: both stay inside it.  A spread wider than ``MAX_LIMIT`` (compute of
+#: a fraction of a millisecond beside the wait for data) does not widen it further: x600 is caught whatever the noise
+AGREE_LIMIT = 1.3
+MAX_LIMIT = 3.0
+#: the warm-up's steady steps: its last ones before the timed windows (the first took queued batches or compiled)
+STEADY_WARMUP = 3
+
+
+def compute_ms(record: StepRecord) -> float:
+    """A step's time less its wait for its batch: the part every phase computes alike."""
+    return max(record.step_ms - record.data_wait_ms, 0.0)
+
+
+def phase_medians(records: list[StepRecord], timed: list[StepRecord]) -> dict[str, float]:
+    """Median compute time (ms, ``compute_ms``) of each phase's completed steps: the accuracy window without its
+    compiling first step, the last ``STEADY_WARMUP`` warm-up/drain steps before the first timed step, ``timed``
+    (a paired process's arm A), the profiled steps without the first (it starts the profiler)."""
+    first_timed = next((i for i, r in enumerate(records) if r.phase == "timed"), len(records))
+    groups = {
+        "accuracy": [r for r in records if r.phase == "accuracy"][1:],
+        "warmup": [r for r in records[:first_timed] if r.phase == "warmup"][-STEADY_WARMUP:],
+        "timed": timed,
+        "profiled": [r for r in records if r.phase == "profiled"][1:],
+    }
+    return {name: float(np.median([compute_ms(r) for r in rs])) for name, rs in groups.items() if len(rs) >= 2}
+
+
+def check_phases(records: list[StepRecord], timed: list[StepRecord]) -> tuple[Optional[PhaseAgreement],
+                                                                              Optional[Note]]:
+    """The agreement record, and a warning note where a phase disagrees with the timed steps."""
+    medians = phase_medians(records, timed)
+    centre = medians.get("timed")
+    if centre is None or centre <= 0 or len(medians) < 2:
+        return None, None
+    times = [compute_ms(r) for r in timed]
+    spread = float(np.percentile(times, 90) / max(np.percentile(times, 10), 1e-9))
+    limit = min(max(AGREE_LIMIT, spread), MAX_LIMIT)
+    ratios = {p: max(m / centre, centre / max(m, 1e-9)) for p, m in medians.items() if p != "timed"}
+    worst = max(ratios, key=ratios.get)
+    record = PhaseAgreement(medians_ms=medians, worst_phase=worst, ratio=ratios[worst], limit=limit,
+                            agree=ratios[worst] <= limit)
+    if record.agree:
+        return record, None
+    side = "faster" if medians[worst] < centre else "slower"
+    return record, Note(kind="warning", text=(
+        f"phases disagree: the {worst} steps' median compute {medians[worst]:.1f} ms (a step less its wait for data) "
+        f"is x{ratios[worst]:.2f} {side} than the timed steps' {centre:.1f} ms (allowed x{limit:.2f}); the same "
+        "computation was timed differently (a step timed before its work ended, a different graph, or the machine "
+        "changed between phases), so this trial's figures are suspect"))
