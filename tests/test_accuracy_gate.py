@@ -159,10 +159,10 @@ class Scripted:
 def test_the_window_runs_to_the_budget_while_the_loss_keeps_falling_and_says_so():
     measure = Scripted()
     sized, cal = seed_runs.calibrate(plan(), measure, None, say=lambda line: None)
-    # 5 ms per step of 32 samples: the default 5 s budget buys 32000 samples, and the long probe runs as far as the
+    # 5 ms per step of 32 samples: the default 4 s budget buys 25600 samples, and the long probe runs as far as the
     # stack check will (30 s over 5 runs: 38400); 0.8 ** (s / 1000) never flattens (log scale)
     assert [s.accuracy_samples for s in measure.specs[:2]] == [320, 38400]
-    assert cal.sized and sized.accuracy.samples == cal.samples == 32000
+    assert cal.sized and sized.accuracy.samples == cal.samples == 25600
     reach = cal.reach
     assert reach.budget_bound and not reach.flat and 0 < reach.fall < 1 and "window_budget_s" in sizing_text(cal.sizing)
     assert reach.curve_samples == 38400 and reach.after_fall > 0.5  # it went on falling after the window

@@ -54,7 +54,7 @@ class AccuracyGate(PlanRecord):
     samples: Optional[int] = Field(None, ge=1, le=10**12)
     #: wall-time budget of the sized accuracy window (one baseline process's window, compile excluded); every
     #: process of the sweep trains this window, so it drives the sweep's cost
-    window_budget_s: float = Field(5.0, gt=0, le=3600)
+    window_budget_s: float = Field(4.0, gt=0, le=3600)
     #: after stacking, the final stack and the baseline's seeds train this many times the window
     #: (``perftune.engine.stack_check``), to catch a harm that shows late; 0: no such check
     verify_multiple: float = Field(4.0, ge=0, le=100)
