@@ -107,6 +107,25 @@ def side_summary(side: Side, groups: dict) -> SideSummary:
                        mindspore_versions=env("mindspore_version"), hosts=env("host"))
 
 
+def config_warnings(configs: list) -> list[str]:
+    """The configurations' own warning notes, and accuracy that could not be compared."""
+    warnings = [f"{cc.label}: {note.text}" for cc in configs for note in cc.notes if note.kind == "warning"]
+    not_comparable = next((mc.note for cc in configs for mc in cc.metrics.values()
+                           if mc.name in ACCURACY_METRICS and mc.verdict == "not comparable"), None)
+    if not_comparable:
+        warnings.append(f"accuracy {not_comparable}: accuracy changes are not compared")
+    return warnings
+
+
+def summary_line(configs: list, regressions: list[str], metric: str, threshold: float) -> str:
+    if regressions:
+        return (f"REGRESSION in {metric}: {', '.join(regressions)} "
+                f"({len(regressions)} of {len(configs)} configuration(s))")
+    faster = [c.label for c in configs if c.verdict in ("faster", "better")]
+    return (f"no significant regression in {metric} beyond {threshold:.0%} "
+            f"({len(configs)} configuration(s) compared" + (f"; improved: {', '.join(faster)}" if faster else "") + ")")
+
+
 def run_compare(old: str | Path, new: str | Path, threshold: float = 0.05, metric: str = "throughput",
                 confidence: float = 0.95) -> CompareReport:
     """Compare NEW against OLD.  Raises ``UserError`` (exit 2) for unusable input; writes nothing."""
@@ -144,14 +163,7 @@ def run_compare(old: str | Path, new: str | Path, threshold: float = 0.05, metri
                         "twice (decision.baseline_runs) for an estimate from your machine")
     configs = [compare_config(label(k), json.loads(k), old_groups[k], new_groups[k], metric, threshold, confidence,
                                noise, step_noise) for k in common]
-    for cc in configs:
-        for note in cc.notes:
-            if note.kind == "warning":
-                warnings.append(f"{cc.label}: {note.text}")
-    not_comparable = next((mc.note for cc in configs for mc in cc.metrics.values()
-                           if mc.name in ACCURACY_METRICS and mc.verdict == "not comparable"), None)
-    if not_comparable:
-        warnings.append(f"accuracy {not_comparable}: accuracy changes are not compared")
+    warnings += config_warnings(configs)
     usable = [c for c in configs if c.regression or c.metrics.get(metric) is not None
               and c.metrics[metric].verdict not in ("not measured", "not comparable")]
     if not usable:
@@ -160,14 +172,7 @@ def run_compare(old: str | Path, new: str | Path, threshold: float = 0.05, metri
         raise UserError(f"nothing measurable in common for the metric {metric} ({why})")
     regressions = [c.label for c in configs if c.regression]
     exit_code = 1 if regressions else 0
-    faster = [c.label for c in configs if c.verdict in ("faster", "better")]
-    if regressions:
-        summary = (f"REGRESSION in {metric}: {', '.join(regressions)} "
-                   f"({len(regressions)} of {len(configs)} configuration(s))")
-    else:
-        summary = (f"no significant regression in {metric} beyond {threshold:.0%} "
-                   f"({len(configs)} configuration(s) compared"
-                   + (f"; improved: {', '.join(faster)}" if faster else "") + ")")
+    summary = summary_line(configs, regressions, metric, threshold)
     report = CompareReport(
         old=side_summary(old_side, old_groups), new=side_summary(new_side, new_groups), metric=metric,
         threshold=threshold, confidence=confidence,
