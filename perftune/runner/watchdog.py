@@ -46,7 +46,16 @@ def ensure_watchdog(tag: str) -> bool:
     finally:
         os.close(read_end)
     _pipe[pid] = write_end
+    os.register_at_fork(after_in_child=lambda: _close_in_fork(write_end))
     return True
+
+
+def _close_in_fork(fd: int) -> None:
+    """A fork of the driver (no exec) would hold the write end and delay the watchdog's EOF past the driver's death."""
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def _say(line: str) -> None:
