@@ -1,6 +1,7 @@
 """Schema versions: results written by an older perftune load through the upgrade steps; newer files are refused in
 one line; a trial.json that cannot be read is set aside (kept) and measured again on a resume, said in results.json;
-one of a newer perftune stops the resume.  No bursts run here: the resumed sweeps get a runner that fails the test if called."""
+one of a newer perftune stops the resume.  No bursts run here: the resumed sweeps get a runner that fails the test
+if called (or that returns a fixture's result)."""
 
 from __future__ import annotations
 
