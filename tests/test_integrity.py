@@ -68,6 +68,9 @@ def test_a_trial_file_edited_after_the_sweep_is_kept_and_measured_again_on_resum
     assert report.returncode == 0 and "left out" in report.stderr and str(trial) in report.stderr, report.stderr
     compared = cli("compare", str(out), str(out))
     assert "trial.json" in compared.stderr and "not used" in compared.stderr, compared.stderr
+    exported = cli("export", str(out), "--csv", str(out.parent / "steps.csv"))
+    assert exported.returncode == 0 and "left out" in exported.stderr and "changed after the sweep accepted it" \
+        in exported.stderr or "its timed windows give" in exported.stderr, exported.stderr
     lone = cli("compare", str(trial.parent), str(out))
     assert lone.returncode == 2 and lone.stderr.count("\n") == 1, lone.stderr  # it would rest on the edited file
     resumed = run_sweep_cli(plan, out, "--no-report")
@@ -150,3 +153,12 @@ def test_a_loud_burst_keeps_a_capped_log_and_its_result(tmp_path):
     assert done.returncode == 0, done.stderr
     log = out / "burst.log"
     assert log.stat().st_size <= 4 * 1024 * 1024 and "the last line of the loud workload" in log.read_text()
+
+
+def test_a_scripts_folder_is_never_the_results_folder(tmp_path):
+    """A script runs in its own folder (burst/script.py): a sweep refuses an output folder that holds it."""
+    (tmp_path / "train.py").write_text("print('never run')\n")
+    plan = write_plan(tmp_path, name="here", workload={"script": "train.py"}, output_dir=".", baseline={})
+    done = cli("sweep", str(plan), "--no-progress", "--no-report")
+    assert done.returncode == 2 and "holds files perftune did not write" in done.stderr, done.stderr
+    assert not (tmp_path / "results.json").exists() and not (tmp_path / "trials").exists()
