@@ -318,9 +318,12 @@ def compare_command(old: Path, new: Path, threshold_text: str, metric: str, mark
 def report_command(results_dir: Path) -> None:
     """Write RESULTS_DIR/report.html (one self-contained file) from a sweep's RESULTS_DIR/results.json, or from
     the trial.json of one measurement (a hand-added perftune.Callback's folder)."""
+    from perftune.io.seals import folder_doubts
     from perftune.report import write_report
 
     click.echo(write_report(results_dir))
+    for doubt in folder_doubts(results_dir):  # left out of the report, as export leaves them out
+        click.echo(f"perftune: warning: left out {doubt}", err=True)
 
 
 @main.command(name="peak")

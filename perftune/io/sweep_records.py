@@ -247,3 +247,6 @@ class SweepResult(Record):
     #: the accuracy window's length and the baseline's seed runs (a sweep before issue 26: None)
     accuracy_calibration: Optional[AccuracyCalibration] = None
     nodes: Optional[NodeSummary] = None  # a sweep on a cluster (schema 3): which node ran what, the node effect
+    #: what the sweep found wrong with its own folder (io/seals.py, io/watch.py): a trial file set aside and measured
+    #: again, a file or folder that vanished while it ran
+    integrity: list[str] = Field(default_factory=list)

@@ -173,6 +173,7 @@ def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) 
     lines += [f"accuracy gate: {line}" for line in summary_line(result) + gate_cannot_judge(result)]
     lines += node_lines(result)
     lines += disagreeing_phases(result)
+    lines += [f"warning: {line}" for line in result.integrity]  # files set aside, folders that vanished
     lines.append(f"tables: {out_dir / 'ablation.md'}, {out_dir / 'ablation.csv'}; results: {out_dir / RESULTS_NAME}")
     if report_path:
         lines.append(f"report: {report_path}")

@@ -18,6 +18,7 @@ from perftune.io.files import LOG_NAME, TRIAL_NAME, read_trial_if_present
 from perftune.io.records import TrialResult, TrialSpec
 from perftune.io.derived import failed_result
 from perftune.io.store import write_json_atomic
+from perftune.runner.logcap import CappedLog
 from perftune.runner.process import (BURST_MODULE, burst_env, child_setup, classify_exit, kill_group,
                                      killed_from_outside, log_tail)
 from perftune.runner.reaper import TrialProcesses, oom_kills
@@ -30,13 +31,14 @@ def run_local(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> TrialResult
     started = time.perf_counter()
     trial_procs = TrialProcesses()  # the sweep becomes the subreaper of the burst's orphans
     ooms_before = oom_kills()
-    with open(log_path, "wb") as log:
+    with CappedLog(log_path) as log:  # burst.log keeps its last MiBs (logcap.py)
         proc = subprocess.Popen(
             [sys.executable, "-m", BURST_MODULE, str(trial_dir.resolve())],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            stdout=log.fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=trial_procs.env(burst_env()), start_new_session=True, preexec_fn=child_setup(trial_procs),
             cwd=str(trial_dir.resolve()),
         )
+        log.launched()
         trial_procs.started(proc.pid)
         status: Optional[str] = None
         reason: Optional[str] = None
