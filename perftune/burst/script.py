@@ -1,6 +1,7 @@
 """The burst of a script workload: the user's training script, unchanged, run in the burst process as
 ``python train.py ARGS`` would run it, measured from inside by ``perftune.Callback`` (``Model.train``) or
-``perftune.steps`` (a custom loop).
+``perftune.steps`` (a custom loop), or, without any perftune line, by the loop over the training dataset's
+iterator (``script_loop``).
 
 The script runs with ``__name__ == "__main__"``, ``sys.argv = [script, *args, *knob options]``, its own folder as
 working directory and first on ``sys.path``.  Before it starts, the context and dataset knobs the plan names are
@@ -126,7 +127,8 @@ class ScriptBurst:
             if hooks.trained:
                 return "failed", "the script called Model.train but no training step ran (an empty dataset?)"
             return "failed", ("the script finished without training: it never called mindspore.train.Model.train "
-                              "(a custom loop needs `for batch in perftune.steps(iterator):`)")
+                              "and took no batch from a mindspore.dataset iterator outside a validation (a loop "
+                              "over other data needs `for batch in perftune.steps(iterator):`)")
         return "failed", (f"the script's training ended after {meter.steps_seen} step(s), before the burst had "
                           f"{meter.needed_steps()}: give the script more epochs or data in workload.args, or "
                           "lower the plan's burst settings")
