@@ -71,3 +71,43 @@ def test_the_validation_loop_is_not_the_training_loop(tmp_path):
     shutil.copy(SCRIPT, plain)
     result = burst(tmp_path, plain, "short", args=("--epochs", "1", "--samples", "128"))
     assert result.status == "failed" and result.reason.startswith("the script's training ended after 4 step(s)")
+
+
+# -- knob_args that the script's options cannot take ------------------------------------------------------------------
+
+def validate(folder: Path, knob_args: dict, variables=None):
+    from click.testing import CliRunner
+    import yaml
+
+    from perftune.cli import main
+
+    shutil.copy(SCRIPT, folder / "functional_train.py")
+    plan = {"name": "args", "workload": {"script": "functional_train.py", "knob_args": knob_args},
+            "baseline": {"mode": "pynative"}, "variables": variables or {"mode": ["graph"]}}
+    path = folder / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan, sort_keys=False))
+    return CliRunner().invoke(main, ["validate", str(path)]), path
+
+
+def test_validate_refuses_a_knob_value_the_scripts_option_cannot_take(tmp_path):
+    run, _ = validate(tmp_path, {"mode": "--mode"})
+    assert run.exit_code == 2, run.output
+    assert "workload.knob_args.mode: mode=pynative cannot reach the script: --mode takes int " \
+           "(functional_train.py:44), not 'pynative'" in run.output, run.output
+
+
+def test_a_value_map_maps_the_knob_onto_the_scripts_values(tmp_path):
+    from perftune.engine.plan_load import load_plan
+    from perftune.engine.script_plan import script_argv
+
+    entry = {"arg": "--mode", "value_map": {"graph": 0, "pynative": 1}}
+    run, path = validate(tmp_path, {"mode": entry, "batch_size": "--batch-size"})
+    assert run.exit_code == 0, run.output
+    plan = load_plan(path)
+    spec = make_spec(plan, {"mode": "graph"}, "+mode=graph")
+    assert script_argv("s.py", [], plan.workload.knob_args, spec.knobs) == ["s.py", "--mode", "0",
+                                                                            "--batch-size", "32"]
+    # a value outside the option's choices, even mapped, is refused
+    run, _ = validate(tmp_path, {"mode": {"arg": "--mode", "value_map": {"graph": 0, "pynative": 2}}})
+    assert run.exit_code == 2 and "--mode takes one of [0, 1] (functional_train.py:44), not '2'" in run.output, \
+        run.output
