@@ -30,7 +30,8 @@ from perftune.report.notes import bottleneck_note, tried_changes
 from perftune.report.ops import top_op_rows
 from perftune.report.split_notes import split_notes
 from perftune.report.summary import comparison_lines, node_lines, noise_line, paired_lines
-from perftune.report.tables import ablation_table, loo_table, optional_columns, process_label, singles_table
+from perftune.report.tables import (ablation_table, loo_table, marked_label, optional_columns, process_label,
+                                     singles_table)
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 LOG_TAIL_LINES = 40
@@ -201,7 +202,7 @@ def _trial_rows(folder: SweepFolder, frame: pd.DataFrame) -> list[dict]:
         splits = r.profile.splits if r.profile else None
         note = bottleneck_note(r, tried)
         rows.append({
-            "trial_id": t.trial_id, "label": process_label(t, folder.trials), "kind": t.kind, "verdict": t.verdict,
+            "trial_id": t.trial_id, "label": marked_label(t, folder.trials), "kind": t.kind, "verdict": t.verdict,
             "class": verdict_class(t.verdict), "status": r.status,
             "samples_per_s": f.get("samples_per_s"), "step_ms": r.step_ms_mean, "step_ms_median": r.step_ms_median,
             "data_wait_ms": r.data_wait_ms_median, "compile_s": r.compile_ms / 1e3 if r.compile_ms is not None else None,

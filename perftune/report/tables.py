@@ -16,6 +16,7 @@ from perftune.io.records import PHASES
 from perftune.io.store import write_text_atomic
 from perftune.io.sweep_records import SweepResult, SweepTrial
 from perftune.report.format import num, rate, speed_text, step_text, validation_figures
+from perftune.report.process_rows import contention_mark, paired_row, used_process
 from perftune.report.reasons import reason_text, stack_reason
 from perftune.report.summary import comparison_lines, noise_line, paired_lines
 
@@ -79,7 +80,11 @@ def ablation_table(result: SweepResult) -> pd.DataFrame:
     trials = _by_id(result)
     rows = []
     for step in result.stack:
-        row = _trial_row(trials.get(step.trial_id), metric, step.label)
+        shown = used_process(trials.get(step.trial_id), result.trials)  # never a process the sweep did not use
+        row = _trial_row(shown, metric, step.label)
+        if shown is not None and shown.trial_id != step.trial_id:
+            row["configuration"] = (f"{step.label} (run {shown.replicate + 1}; run "
+                                    f"{trials[step.trial_id].replicate + 1} was not used)")
         row["kept"] = step.kept
         if step.label != "baseline":
             row["verdict"] = "kept" if step.kept else "dropped"
@@ -98,10 +103,34 @@ def process_label(trial: SweepTrial, trials: Sequence[SweepTrial]) -> str:
     return trial.label
 
 
+def marked_label(trial: SweepTrial, trials: Sequence[SweepTrial]) -> str:
+    """``process_label`` with the process's contention marked (``process_rows.contention_mark``)."""
+    return process_label(trial, trials) + contention_mark(trial)
+
+
 def singles_table(result: SweepResult) -> pd.DataFrame:
+    """Every process of every one-at-a-time comparison: the baseline's, then each change's first process followed
+    by its repeat processes and its paired processes, each on its own line."""
     metric = result.plan.accuracy.metric
-    rows = [_trial_row(t, metric, process_label(t, result.trials))
-            for t in result.trials if t.kind in ("baseline", "single")]
+    confidence = result.plan.decision.confidence
+
+    def row(t: SweepTrial) -> dict:
+        out = _trial_row(t, metric, marked_label(t, result.trials))
+        if t.excluded:
+            out.update(verdict="not used", reason=t.excluded)
+        return out
+
+    rows = [row(t) for t in result.trials if t.kind == "baseline"]
+    for single in (t for t in result.trials if t.kind == "single"):
+        rows.append(row(single))
+        used = single.vs_baseline.processes if single.vs_baseline else None
+        for t in (t for t in result.trials if t.kind == "repeat" and t.label == single.label):
+            rows.append(row(t))
+            if used is not None and t.replicate >= used and not t.excluded and not rows[-1].get("reason"):
+                rows[-1]["reason"] = (f"not in the verdict above (it used {used} process{'es' if used > 1 else ''}"
+                                      "): measured for a later comparison")
+        rows += [paired_row(p, confidence) for p in result.paired
+                 if p.candidate == single.label and p.reference == "baseline"]
     return pd.DataFrame(rows)
 
 
