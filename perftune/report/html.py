@@ -200,7 +200,7 @@ def _trial_rows(folder: SweepFolder, frame: pd.DataFrame) -> list[dict]:
         windows = [w.samples_per_s for w in r.windows]
         href = folder.trace_href(t)
         splits = r.profile.splits if r.profile else None
-        note = bottleneck_note(r, tried)
+        note = bottleneck_note(r, tried, repeat=t.replicate > 0)
         rows.append({
             "trial_id": t.trial_id, "label": marked_label(t, folder.trials), "kind": t.kind, "verdict": t.verdict,
             "class": verdict_class(t.verdict), "status": r.status,

@@ -117,7 +117,7 @@ def singles_table(result: SweepResult) -> pd.DataFrame:
     def row(t: SweepTrial) -> dict:
         out = _trial_row(t, metric, marked_label(t, result.trials))
         if t.excluded:
-            out.update(verdict="not used", reason=t.excluded)
+            out.update(verdict="not used", reason=t.excluded, speedup=None)
         return out
 
     rows = [row(t) for t in result.trials if t.kind == "baseline"]
