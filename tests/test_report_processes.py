@@ -21,7 +21,8 @@ ROWS_JS = """(() => {
     folded: !!tr.querySelector('td.col-reason details')}));
   const table = document.querySelector('#singles-table');
   return {singles: rows('singles-table'), ablation: rows('ablation-table'),
-          diffs: [...document.querySelectorAll('#loss-difference-table tbody tr td:first-child')].map(td => td.innerText),
+          diffs: [...document.querySelectorAll('#loss-difference-table tbody tr td:first-child')]
+            .map(td => td.innerText),
           mfuHeaders: [...document.querySelectorAll('#mfu-table th')].map(th => th.innerText),
           folded: (document.querySelector('#mfu-folded') || {}).innerText || '',
           overflow: table.parentElement.scrollWidth - table.parentElement.clientWidth,

@@ -22,7 +22,8 @@ SCRIPT = REPO / "experiments" / "script_workload" / "functional_train.py"
 BATCH = 32
 BURST = {"warmup_steps": 1, "steps": 4, "repeats": 2, "profile_steps": 2, "timeout_s": 240, "drain_s": 1e-6}
 FIRST = [("accuracy", None, 3), ("warmup", None, 1 + 1), ("timed", 0, 4), ("timed", 1, 4), ("profiled", None, 2)]
-LOOP = "        for inputs, labels in train_data.create_tuple_iterator():\n            loss = train_step(inputs, labels)\n"
+LOOP = ("        for inputs, labels in train_data.create_tuple_iterator():\n"
+        "            loss = train_step(inputs, labels)\n")
 THREE_LINES = ("        for inputs, labels in perftune.steps(train_data.create_tuple_iterator()):\n"
                "            loss = perftune.loss(train_step(inputs, labels))\n")
 
@@ -63,6 +64,9 @@ def test_the_unchanged_loop_runs_the_phases_of_its_three_line_form(both):
     assert [s.loss for s in plain.steps if s.phase == "accuracy"] == \
         [s.loss for s in explicit.steps if s.phase == "accuracy"]
     assert plain.accuracy.train_loss == explicit.accuracy.train_loss
+    # the plan does not name mode: knobs.mode is perftune's default, the script ran its own PyNative, and says so
+    assert plain.applied["mode"] == "pynative" != plain.knobs["mode"]
+    assert any(n.knob == "mode" and "not imposed" in n.text and "applied.mode" in n.text for n in plain.notes)
 
 
 def test_the_validation_loop_is_not_the_training_loop(tmp_path):

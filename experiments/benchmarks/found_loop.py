@@ -24,7 +24,8 @@ from perftune.engine.specs import make_spec  # noqa: E402
 from perftune.runner import run_trial  # noqa: E402
 
 SCRIPT = REPO / "experiments" / "script_workload" / "functional_train.py"
-LOOP = "        for inputs, labels in train_data.create_tuple_iterator():\n            loss = train_step(inputs, labels)\n"
+LOOP = ("        for inputs, labels in train_data.create_tuple_iterator():\n"
+        "            loss = train_step(inputs, labels)\n")
 THREE_LINES = ("        for inputs, labels in perftune.steps(train_data.create_tuple_iterator()):\n"
                "            loss = perftune.loss(train_step(inputs, labels))\n")
 BURST = {"warmup_steps": 5, "steps": 60, "repeats": 3, "profile_steps": 0, "timeout_s": 300}
@@ -52,14 +53,56 @@ def step_ms(script: Path, mode: str, out: Path) -> float:
     return result.step_ms_mean
 
 
+def harness_us(route: str, steps: int, out: Path) -> float:
+    """Microseconds per step that the route's own code adds around a real ``Meter`` (no training: batches from a
+    list, the loss a number), so that the two routes' difference is seen without the between-process noise."""
+    import time
+
+    import numpy as np
+
+    from perftune.burst import callback
+    from perftune.burst.meter import BurstDone, Meter
+    from perftune.burst.script_loop import LoopIterator, LoopState
+
+    plan = parse_plan({"name": "found-loop", "workload": {"script": str(SCRIPT)},
+                       "burst": {"warmup_steps": 0, "steps": steps, "repeats": 1, "profile_steps": 0, "drain_s": 0},
+                       "accuracy": {"samples": 1, "seeds": 1}})
+    meter = Meter(make_spec(plan, {}, "baseline"), out)
+    batches = [(np.ones((32, 16), np.float32), np.ones((32, 1), np.float32))] * (steps + 10)
+    started = time.perf_counter()
+    try:
+        if route == "three lines":
+            callback.activate(meter)
+            for inputs, labels in callback.steps(iter(batches)):
+                loss = callback.loss(float(inputs[0, 0]))
+        else:
+            callback.activate(None)
+            for inputs, labels in LoopIterator(iter(batches), batches, LoopState(meter)):
+                loss = float(inputs[0, 0])  # noqa: F841 - the loop's loss variable, found by the route
+    except BurstDone:
+        pass
+    finally:
+        callback.activate(None)
+    return (time.perf_counter() - started) / meter.steps_seen * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--modes", default="pynative,graph")
+    parser.add_argument("--harness", type=int, default=0, help="only the routes' own cost: N steps, 5 rounds")
     parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "perftune_bench", "found_loop"))
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.harness:
+        load = os.getloadavg()[0]
+        cost = {name: [harness_us(name, args.harness, out) for _ in range(5)] for name in ("three lines", "unchanged")}
+        for name, values in cost.items():
+            print(f"{name}: {statistics.median(values):.1f} us/step around the Meter (rounds: "
+                  + ", ".join(f"{v:.1f}" for v in values) + ")")
+        print(f"load average before {load:.2f}, after {os.getloadavg()[0]:.2f}")
+        return
     forms = write_forms(out)
     load_before = os.getloadavg()
     rows = []

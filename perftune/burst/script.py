@@ -33,6 +33,26 @@ from perftune.io.records import Note, TrialResult, TrialSpec
 from perftune.io.derived import failed_result
 
 
+#: knobs whose read-back in ``applied`` is the knob's own value (so the two can be compared)
+READ_BACK_AS_IS = ("mode", "jit_level", "num_parallel_workers", "prefetch_size", "dataset_autotune")
+
+
+def disagreements(knobs: dict, applied: dict, imposed: set[str]) -> list[Note]:
+    """Where ``knobs`` (perftune's defaults for what the plan does not name) and what ran differ: say why, so that
+    ``knobs.jit_level`` O0 beside the script's own ``applied.jit_level`` O2 is not read as a contradiction."""
+    out = []
+    for name in READ_BACK_AS_IS:
+        ran = applied.get(name)
+        if name in imposed or ran is None or name not in knobs:
+            continue
+        if knob_registry.format_value(ran) != knob_registry.format_value(knobs[name]):
+            out.append(Note(kind="info", knob=name, text=(
+                f"knobs.{name}={knob_registry.format_value(knobs[name])} is perftune's default, not imposed (the "
+                f"plan does not name {name}): the script ran {name}={knob_registry.format_value(ran)} "
+                f"(applied.{name})")))
+    return out
+
+
 class ScriptBurst:
     """Same face as ``phases.Burst`` for ``main``: ``run()``, ``result``, ``memory()``."""
 
@@ -83,6 +103,7 @@ class ScriptBurst:
         if left:
             self.result.notes.append(Note(kind="info", text=(
                 f"left to the script (the plan does not name them): {', '.join(left)}; `applied` shows what ran")))
+        self.result.notes += disagreements(spec.knobs, self.result.applied, self.imposed)
         self.result.wall_s = time.perf_counter() - started
         return self.result
 
