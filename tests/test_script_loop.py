@@ -70,11 +70,15 @@ def test_the_unchanged_loop_runs_the_phases_of_its_three_line_form(both):
 
 
 def test_the_validation_loop_is_not_the_training_loop(tmp_path):
-    """One epoch of 4 steps, then the validation loop over 4 batches: it is not counted as training steps."""
+    """One epoch of 6 steps, then the validation loop over 4 batches: it is not counted as training steps; nor is a
+    validation before training (``set_train(False)``, in a function named ``evaluate``)."""
     plain = tmp_path / "functional_train.py"
     shutil.copy(SCRIPT, plain)
-    result = burst(tmp_path, plain, "short", args=("--epochs", "1", "--samples", "128"))
-    assert result.status == "failed" and result.reason.startswith("the script's training ended after 4 step(s)")
+    result = burst(tmp_path, plain, "short", args=("--epochs", "1", "--samples", "192"))
+    assert result.status == "failed" and result.reason.startswith("the script's training ended after 6 step(s)")
+    first = burst(tmp_path, plain, "first", args=("--epochs", "1", "--samples", "192", "--validate-first"))
+    assert first.status == "failed" and first.reason.startswith("the script's training ended after 6 step(s)")
+    assert "before training: val_loss" in (tmp_path / "first" / "burst.log").read_text()
 
 
 # -- knob_args that the script's options cannot take ------------------------------------------------------------------

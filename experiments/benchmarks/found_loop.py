@@ -117,8 +117,10 @@ def main() -> None:
     load_after = os.getloadavg()
     for mode, means, times in rows:
         spread = "; ".join(f"{n}: " + ", ".join(f"{t:.2f}" for t in v) for n, v in times.items())
+        medians = {name: statistics.median(v) for name, v in times.items()}
         print(f"{mode}: unchanged {means['unchanged']:.2f} ms/step, three lines {means['three lines']:.2f} ms/step, "
-              f"ratio {means['unchanged'] / means['three lines']:.3f} ({spread})")
+              f"ratio of means {means['unchanged'] / means['three lines']:.3f}, of medians "
+              f"{medians['unchanged'] / medians['three lines']:.3f} ({spread})")
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
 
 

@@ -42,6 +42,7 @@ def main():
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--samples", type=int, default=512)
     parser.add_argument("--mode", type=int, default=1, choices=[0, 1], help="0: GRAPH_MODE, 1: PYNATIVE_MODE")
+    parser.add_argument("--validate-first", action="store_true", help="validate once before training")
     args = parser.parse_args()
     ms.set_context(mode=args.mode)
 
@@ -68,6 +69,8 @@ def main():
         network.set_train(True)
         return sum(total) / len(total)
 
+    if args.validate_first:
+        print(f"before training: val_loss {evaluate():.4f}", flush=True)
     network.set_train(True)
     for epoch in range(args.epochs):
         for inputs, labels in train_data.create_tuple_iterator():
