@@ -27,11 +27,13 @@ class SilentProgress:
     def end(self) -> None: ...
 
 
-def most_lines(singles: int, max_runs: int) -> int:
+def most_lines(singles: int, max_runs: int, seeds: int = 1) -> int:
     """The most progress lines a sweep of ``singles`` changes may give, so that a progress display can say how long
     the races may still run instead of "none left" once the lines expected without extra rounds are done: the
-    baseline, R C1 R C2 R ... with a verdict each, every race run to ``max_runs`` (a candidate and a reference
-    process per extra round), every change stacked (its process, its verdict, its extra rounds), and a leave-one-out
-    process per change.  An upper bound: races that decide early, changes that are not stacked, end sooner."""
+    accuracy gate's seed runs and their line, the baseline, R C1 R C2 R ... with a verdict each, every race run to
+    ``max_runs`` (a candidate and a reference process per extra round), the paired A/A check, every change stacked
+    (its process, its verdict, its extra rounds), and a leave-one-out process per change.  An upper bound for races
+    that decide early and changes that are not stacked; not for contended processes measured again or the probes
+    that size the accuracy window, which come on top."""
     rounds = 2 * (max(max_runs, 1) - 1)
-    return 1 + singles * (3 + rounds) + singles * (2 + rounds) + singles
+    return seeds + 1 + singles * (3 + rounds) + max_runs + singles * (2 + rounds) + singles

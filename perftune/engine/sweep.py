@@ -165,7 +165,7 @@ class Sweep:
         singles = self.singles()
         self.procs.expected = 1 + 3 * len(singles)  # R C1 R C2 R ... and a verdict line each, before any extra round
         self.procs.progress.begin(self.procs.expected)
-        self.procs.progress.bound(most_lines(len(singles), self.plan.decision.max_runs))
+        self.procs.progress.bound(most_lines(len(singles), self.plan.decision.max_runs, self.plan.accuracy.seeds))
         try:
             self.plan, self.result.accuracy_calibration = seed_runs.calibrate_sweep(self)
             self.procs.plan = self.plan  # the sized accuracy window: every spec from here on is judged at it
