@@ -82,14 +82,15 @@ def ablation_table(result: SweepResult) -> pd.DataFrame:
     for step in result.stack:
         shown = used_process(trials.get(step.trial_id), result.trials)  # never a process the sweep did not use
         row = _trial_row(shown, metric, step.label)
-        if shown is not None and shown.trial_id != step.trial_id:
-            row["configuration"] = (f"{step.label} (run {shown.replicate + 1}; run "
-                                    f"{trials[step.trial_id].replicate + 1} was not used)")
+        replaced = shown is not None and shown.trial_id != step.trial_id
+        if replaced:
+            row["reason"] = (f"its run {shown.replicate + 1}: run {trials[step.trial_id].replicate + 1} was not used "
+                             f"({trials[step.trial_id].excluded})")
         row["kept"] = step.kept
         if step.label != "baseline":
             row["verdict"] = "kept" if step.kept else "dropped"
             t = trials.get(step.trial_id)
-            row["reason"] = stack_reason(step.kept, t, step.reason)
+            row["reason"] = stack_reason(step.kept, t, step.reason) + (f"; {row['reason']}" if replaced else "")
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -116,7 +117,9 @@ def singles_table(result: SweepResult) -> pd.DataFrame:
 
     def row(t: SweepTrial) -> dict:
         out = _trial_row(t, metric, marked_label(t, result.trials))
-        if t.excluded:
+        if t.excluded and t.kind == "single":  # the comparison's verdict stays on its configuration's first line
+            out["reason"] = f"{out.get('reason') or ''}; this process: {t.excluded}".lstrip("; ")
+        elif t.excluded:
             out.update(verdict="not used", reason=t.excluded, speedup=None)
         return out
 
