@@ -94,7 +94,8 @@ def table(df: pd.DataFrame, metric: str) -> dict:
     for _, r in df.iterrows():
         verdict = str(r.get("verdict") or "")
         rows.append({
-            "configuration": str(r["configuration"]), "verdict": verdict, "class": verdict_class(verdict),
+            "configuration": str(r["configuration"]) + contended_text(r.get("contended")),
+            "verdict": verdict, "class": verdict_class(verdict),
             "samples_per_s": rate(r.get("samples_per_s")),
             "speedup": "reference" if verdict == "baseline" else
             speedup_text(r.get("speedup"), r.get("speedup_ci_low"), r.get("speedup_ci_high")),
@@ -107,6 +108,11 @@ def table(df: pd.DataFrame, metric: str) -> dict:
         })
     keep = [(h, k) for h, k in columns if k in ("configuration", "verdict", "reason") or any(row[k] for row in rows)]
     return {"columns": keep, "rows": rows}
+
+
+def contended_text(value: Any) -> str:
+    """`` [contended: 1 of 3 windows]`` beside a process's label (``tables``' ``contended`` column), or ``""``."""
+    return f" [{value}]" if isinstance(value, str) and value else ""
 
 
 def _per_trial_frame(folder: SweepFolder, singles: pd.DataFrame, ablation: pd.DataFrame,

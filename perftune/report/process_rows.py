@@ -54,6 +54,7 @@ def paired_row(process: PairedProcess, confidence: float = 0.95) -> dict:
     else:
         reason = (f"paired with {process.reference} in one process ({len(process.differences)} ABBA blocks); "
                   "its own interval, from its blocks")
-    return {"configuration": f"{process.candidate} (paired run {process.replicate + 1}){contended}",
+    return {"configuration": f"{process.candidate} (paired run {process.replicate + 1})",
+            "contended": contended.strip(" []") or None,
             "verdict": "paired", "speedup": ratio, "speedup_ci_low": low, "speedup_ci_high": high,
             "reason": reason, "trial_id": process.trial_id}

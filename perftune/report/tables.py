@@ -116,7 +116,8 @@ def singles_table(result: SweepResult) -> pd.DataFrame:
     confidence = result.plan.decision.confidence
 
     def row(t: SweepTrial) -> dict:
-        out = _trial_row(t, metric, marked_label(t, result.trials))
+        out = _trial_row(t, metric, process_label(t, result.trials))
+        out["contended"] = contention_mark(t).strip(" []") or None  # shown beside the label (html, Markdown)
         if t.excluded and t.kind == "single":  # the comparison's verdict stays on its configuration's first line
             out["reason"] = f"{out.get('reason') or ''}; this process: {t.excluded}".lstrip("; ")
         elif t.excluded:
@@ -186,8 +187,11 @@ def to_markdown(df: pd.DataFrame, metric: str) -> str:
         splits = " / ".join(num(row.get(f"{p}_ms"), ".2f") or "-" for p in PHASES) \
             if row.get("data_ms") is not None and not pd.isna(row.get("data_ms")) else ""
         change = row.get(f"{metric}_change")
+        contended = row.get("contended")
+        contended = f" [{contended}]" if isinstance(contended, str) and contended else ""
         cells = [
-            md_text(row["configuration"]), md_text(row.get("verdict", "")), rate(row.get("samples_per_s")),
+            md_text(row["configuration"]) + md_text(contended), md_text(row.get("verdict", "")),
+            rate(row.get("samples_per_s")),
             _fmt_speedup(row), step_text(row.get("step_ms"), row.get("step_ms_median")), splits,
             num(row.get("compile_s"), ".1f"), num(row.get("peak_mem_mb"), ".1f"),
             num(row.get(metric), ".4f"), num(change, "+.1%"),
