@@ -188,14 +188,13 @@ def to_markdown(df: pd.DataFrame, metric: str) -> str:
             if row.get("data_ms") is not None and not pd.isna(row.get("data_ms")) else ""
         change = row.get(f"{metric}_change")
         contended = row.get("contended")
-        contended = f" [{contended}]" if isinstance(contended, str) and contended else ""
+        contended = f"[{contended}] " if isinstance(contended, str) and contended else ""
         cells = [
-            md_text(row["configuration"]) + md_text(contended), md_text(row.get("verdict", "")),
-            rate(row.get("samples_per_s")),
+            md_text(row["configuration"]), md_text(row.get("verdict", "")), rate(row.get("samples_per_s")),
             _fmt_speedup(row), step_text(row.get("step_ms"), row.get("step_ms_median")), splits,
             num(row.get("compile_s"), ".1f"), num(row.get("peak_mem_mb"), ".1f"),
             num(row.get(metric), ".4f"), num(change, "+.1%"),
-            md_text(row.get("reason", "") or ""),
+            md_text(contended + (row.get("reason") if isinstance(row.get("reason"), str) else "")),
         ]
         cells = _with_optional(cells, base_head, extras, lambda c: num(row.get(c[1]), c[2]))
         lines.append("| " + " | ".join(cells) + " |")
