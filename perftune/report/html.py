@@ -33,7 +33,8 @@ from perftune.report.ops import top_op_rows
 from perftune.words.rules import order_rule_text
 from perftune.words.split_notes import split_notes
 from perftune.report.summary import comparison_lines, node_lines, noise_line, paired_lines
-from perftune.report.tables import ablation_table, loo_table, optional_columns, process_label, singles_table
+from perftune.report.tables import (ablation_table, loo_table, marked_label, optional_columns, process_label,
+                                     singles_table)
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 LOG_TAIL_LINES = 40
@@ -96,7 +97,8 @@ def table(df: pd.DataFrame, metric: str) -> dict:
     for _, r in df.iterrows():
         verdict = str(r.get("verdict") or "")
         rows.append({
-            "configuration": str(r["configuration"]), "verdict": verdict, "class": verdict_class(verdict),
+            "configuration": str(r["configuration"]) + contended_text(r.get("contended")),
+            "verdict": verdict, "class": verdict_class(verdict),
             "samples_per_s": rate(r.get("samples_per_s")),
             "speedup": "reference" if verdict == "baseline" else
             speedup_text(r.get("speedup"), r.get("speedup_ci_low"), r.get("speedup_ci_high")),
@@ -109,6 +111,11 @@ def table(df: pd.DataFrame, metric: str) -> dict:
         })
     keep = [(h, k) for h, k in columns if k in ("configuration", "verdict", "reason") or any(row[k] for row in rows)]
     return {"columns": keep, "rows": rows}
+
+
+def contended_text(value: Any) -> str:
+    """`` [contended: 1 of 3 windows]`` beside a process's label (``tables``' ``contended`` column), or ``""``."""
+    return f" [{value}]" if isinstance(value, str) and value else ""
 
 
 def _per_trial_frame(folder: SweepFolder, singles: pd.DataFrame, ablation: pd.DataFrame,
@@ -202,9 +209,9 @@ def _trial_rows(folder: SweepFolder, frame: pd.DataFrame) -> list[dict]:
         windows = [w.samples_per_s for w in r.windows]
         href = folder.trace_href(t)
         splits = r.profile.splits if r.profile else None
-        note = bottleneck_note(r, tried)
+        note = bottleneck_note(r, tried, repeat=t.replicate > 0)
         rows.append({
-            "trial_id": t.trial_id, "label": process_label(t, folder.trials), "kind": t.kind, "verdict": t.verdict,
+            "trial_id": t.trial_id, "label": marked_label(t, folder.trials), "kind": t.kind, "verdict": t.verdict,
             "class": verdict_class(t.verdict), "status": r.status,
             "samples_per_s": f.get("samples_per_s"), "step_ms": r.step_ms_mean, "step_ms_median": r.step_ms_median,
             "data_wait_ms": r.data_wait_ms_median, "compile_s": r.compile_ms / 1e3 if r.compile_ms is not None else None,
