@@ -11,15 +11,15 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from perftune.words import lm
 from perftune.io.records import PHASES
 from perftune.io.store import write_text_atomic
 from perftune.io.sweep_records import SweepResult, SweepTrial
+from perftune.report.process_rows import contention_mark, paired_row, used_process
+from perftune.report.summary import comparison_lines, noise_line, paired_lines
+from perftune.words import lm
 from perftune.words.format import num, rate, speed_text, step_text, validation_figures
 from perftune.words.reasons import reason_text, stack_reason
 from perftune.words.rules import order_rule_text
-from perftune.report.process_rows import contention_mark, paired_row, used_process
-from perftune.report.summary import comparison_lines, noise_line, paired_lines
 
 
 def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
@@ -197,7 +197,7 @@ def to_markdown(df: pd.DataFrame, metric: str) -> str:
             num(row.get(metric), ".4f"), num(change, "+.1%"),
             md_text(contended + (row.get("reason") if isinstance(row.get("reason"), str) else "")),
         ]
-        cells = _with_optional(cells, base_head, extras, lambda c: num(row.get(c[1]), c[2]))
+        cells = _with_optional(cells, base_head, extras, lambda c, row=row: num(row.get(c[1]), c[2]))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

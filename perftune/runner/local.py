@@ -14,13 +14,20 @@ from pathlib import Path
 from typing import Optional
 
 from perftune.errors import UserError
+from perftune.io.derived import failed_result
 from perftune.io.files import LOG_NAME, TRIAL_NAME, read_trial_if_present
 from perftune.io.records import TrialResult, TrialSpec
-from perftune.io.derived import failed_result
 from perftune.io.store import write_json_atomic
 from perftune.runner.logcap import CappedLog
-from perftune.runner.process import (BURST_MODULE, burst_env, child_setup, classify_exit, kill_group,
-                                     killed_from_outside, log_tail)
+from perftune.runner.process import (
+    BURST_MODULE,
+    burst_env,
+    child_setup,
+    classify_exit,
+    kill_group,
+    killed_from_outside,
+    log_tail,
+)
 from perftune.runner.reaper import TrialProcesses, oom_kills
 
 
@@ -69,7 +76,8 @@ def run_local(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> TrialResult
         status, reason = classify_exit(proc.returncode, log_path, ooms)
         retry = killed_from_outside(proc.returncode, status)
         if unreadable:
-            status, reason, retry = "failed", f"the burst wrote a trial.json this perftune cannot read: {unreadable}", False
+            reason = f"the burst wrote a trial.json this perftune cannot read: {unreadable}"
+            status, retry = "failed", False
     if result is None or status == "timeout":
         result = failed_result(spec, status or "failed", reason, retry_on_resume=retry)
     if result.status != "ok" and not result.log_tail:

@@ -45,7 +45,7 @@ class CappedLog:
         self._read: Optional[int] = None
         self._thread: Optional[threading.Thread] = None
 
-    def __enter__(self) -> "CappedLog":
+    def __enter__(self) -> CappedLog:
         self._file = open(self.path, "r+b" if self.append and self.path.exists() else "w+b")
         self._file.seek(0, os.SEEK_END)
         self._read, self.fd = os.pipe()

@@ -13,10 +13,9 @@ import socket
 
 import numpy as np
 
-from perftune.io.files import rank_dir_name, rank_log_name
-from perftune.io.records import (COMMUNICATION_FLAG_SHARE, Note, RankSummary, Splits, TrialResult, TrialSpec,
-                                 WindowStats)
 from perftune.io.derived import rank_summary, throughput
+from perftune.io.files import rank_dir_name, rank_log_name
+from perftune.io.records import COMMUNICATION_FLAG_SHARE, Note, RankSummary, Splits, TrialResult, TrialSpec, WindowStats
 
 
 def aggregate(spec: TrialSpec, local: dict[int, TrialResult], workers: int, nodes: int) -> TrialResult:
