@@ -91,7 +91,7 @@ def cluster():
         left = ray_processes(ours)
         for p in left:  # only processes this fixture's cluster started, by pid
             p.kill()
-        assert not left, f"Ray processes outlived the cluster: {[p.cmdline()[:2] for p in left]}"
+        assert not left, f"Ray processes outlived the cluster: {[p.cmdline()[:4] for p in left]}"
 
 
 def start_sweep(plan: Path, out: Path, address: str, *extra: str) -> subprocess.Popen:
