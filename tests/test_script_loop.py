@@ -19,6 +19,8 @@ from perftune.io.records import TrialResult
 from perftune.runner import run_trial
 
 SCRIPT = REPO / "experiments" / "script_workload" / "functional_train.py"
+#: the line of the script's ``--mode`` option, which validation's messages cite
+MODE_LINE = next(n for n, line in enumerate(SCRIPT.read_text().splitlines(), 1) if '"--mode"' in line)
 BATCH = 32
 BURST = {"warmup_steps": 1, "steps": 4, "repeats": 2, "profile_steps": 2, "timeout_s": 240, "drain_s": 1e-6}
 FIRST = [("accuracy", None, 3), ("warmup", None, 1 + 1), ("timed", 0, 4), ("timed", 1, 4), ("profiled", None, 2)]
@@ -101,7 +103,7 @@ def test_validate_refuses_a_knob_value_the_scripts_option_cannot_take(tmp_path):
     run, _ = validate(tmp_path, {"mode": "--mode"})
     assert run.exit_code == 2, run.output
     assert "workload.knob_args.mode: mode=pynative cannot reach the script: --mode takes int " \
-           "(functional_train.py:44), not 'pynative'" in run.output, run.output
+           f"(functional_train.py:{MODE_LINE}), not 'pynative'" in run.output, run.output
 
 
 def test_a_value_map_maps_the_knob_onto_the_scripts_values(tmp_path):
@@ -117,5 +119,5 @@ def test_a_value_map_maps_the_knob_onto_the_scripts_values(tmp_path):
                                                                             "--batch-size", "32"]
     # a value outside the option's choices, even mapped, is refused
     run, _ = validate(tmp_path, {"mode": {"arg": "--mode", "value_map": {"graph": 0, "pynative": 2}}})
-    assert run.exit_code == 2 and "--mode takes one of [0, 1] (functional_train.py:44), not '2'" in run.output, \
-        run.output
+    refusal = f"--mode takes one of [0, 1] (functional_train.py:{MODE_LINE}), not '2'"
+    assert run.exit_code == 2 and refusal in run.output, run.output
