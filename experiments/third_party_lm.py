@@ -29,7 +29,7 @@ from mindspore import nn, ops
 from mindspore.common.initializer import Normal, initializer
 
 from perftune.workloads.base import Workload
-from perftune.workloads.tiny_gpt import VOCAB, Block, LMLoss, load_corpus
+from perftune.workloads.tiny_gpt import VOCAB, DecoderBlock, LMLoss, load_corpus
 
 DEFAULTS = {"d_model": 64, "n_layers": 2, "n_heads": 4, "seq_len": 32, "train_samples": 1024, "val_samples": 64,
             "corpus_bytes": 200_000, "learning_rate": 1e-3}
@@ -43,7 +43,7 @@ class Backbone(nn.Cell):
         super().__init__()
         self.embed_tokens = nn.Embedding(VOCAB, d, embedding_table=Normal(0.02))
         self.wpe = ms.Parameter(initializer(Normal(0.02), (seq_len, d), ms.float32), name="wpe")
-        self.layers = nn.SequentialCell([Block(d, n_heads, seq_len, 0.02 / math.sqrt(2 * n_layers))
+        self.layers = nn.SequentialCell([DecoderBlock(d, n_heads, seq_len, 0.02 / math.sqrt(2 * n_layers))
                                          for _ in range(n_layers)])
         self.norm = nn.LayerNorm((d,))
 

@@ -49,6 +49,7 @@ class SweepProgressDisplay:
         self.bar = None
         self.total = 0
         self.finished = 0
+        self.most = 0
         self.started = time.monotonic()
 
     def begin(self, total: int) -> None:
@@ -68,9 +69,16 @@ class SweepProgressDisplay:
         of those expected so far (no estimate before the first)."""
         elapsed = time.monotonic() - self.started
         left = max(self.total - self.finished, 0)
-        estimate = f", ~{_clock(elapsed / self.finished * left)} left" if self.finished and left else \
-            (", none left" if self.finished and not left else "")
+        most = max(self.most - self.finished, 0)  # the races may still run extra rounds (engine.progress.most_lines)
+        per_line = elapsed / self.finished if self.finished else 0.0
+        estimate = "" if not self.finished else f", ~{_clock(per_line * left)} left" if left else \
+            "" if most else ", none left"
+        if self.finished and most > left:  # "at most": every race run to max_runs, every change stacked
+            estimate += f", at most ~{_clock(per_line * most)}{'' if left else ' left'}"
         return f"[{self.finished}/{self.total} done, {_clock(elapsed)} elapsed{estimate}]"
+
+    def bound(self, most: int) -> None:
+        self.most = most
 
     def done(self, line: str) -> None:
         self.finished += 1
@@ -318,9 +326,12 @@ def compare_command(old: Path, new: Path, threshold_text: str, metric: str, mark
 def report_command(results_dir: Path) -> None:
     """Write RESULTS_DIR/report.html (one self-contained file) from a sweep's RESULTS_DIR/results.json, or from
     the trial.json of one measurement (a hand-added perftune.Callback's folder)."""
+    from perftune.io.seals import folder_doubts
     from perftune.report import write_report
 
     click.echo(write_report(results_dir))
+    for doubt in folder_doubts(results_dir):  # left out of the report, as export leaves them out
+        click.echo(f"perftune: warning: left out {doubt}", err=True)
 
 
 @main.command(name="peak")

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 from perftune.burst.arms import pair_schedule
 from perftune.engine.sweep import Sweep
+from perftune.io.derived import throughput
 from perftune.io.plan import AccuracyGate, Plan
 from perftune.io.records import Accuracy, Note, TrialResult, TrialSpec, WindowStats
 from perftune.io.store import write_json_atomic
@@ -93,7 +94,7 @@ class ScriptedRunner:
                                        median_step_ms=1000 * spec.knobs["batch_size"] / v, samples_per_s=v, arm=arm))
         result = TrialResult(status="ok", trial_id=spec.trial_id, workload=spec.workload, device=spec.device,
                              knobs=spec.knobs, burst=spec.burst, windows=windows,
-                             samples_per_s=windows[0].samples_per_s,
+                             samples_per_s=throughput([w for w in windows if w.arm == 0]),  # as the burst's
                              wall_s=1.0)
         write_json_atomic(trial_dir / "trial.json", result.model_dump(mode="json"))
         return result

@@ -9,7 +9,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Optional
 
 import psutil
 import pytest
@@ -19,6 +21,7 @@ from test_faults import none_left, processes_with, wait_for
 from perftune.runner.cgroup import NO_CGROUP_ENV, TrialCgroup, containment_probe, driver_tag
 from perftune.runner.process import alive, child_setup, kill_group
 from perftune.runner.reaper import TOKEN_ENV, TrialProcesses
+from perftune.runner.watchdog import NO_WATCHDOG_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -32,13 +35,13 @@ def escaping_plan(tmp_path: Path, marker: str, stall: str, **baseline) -> Path:
                       decision={"baseline_runs": 1})
 
 
-def driver(*args: str) -> subprocess.Popen:
+def driver(*args: str, env: Optional[dict] = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "perftune.cli", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
 
 
-def sweep_driver(plan: Path, out: Path) -> subprocess.Popen:
-    return driver("sweep", str(plan), "--out", str(out), "--no-progress", "--no-report")
+def sweep_driver(plan: Path, out: Path, **env: str) -> subprocess.Popen:
+    return driver("sweep", str(plan), "--out", str(out), "--no-progress", "--no-report", env=env)
 
 
 def reached(tmp_path: Path, phase: str, count: int = 1):
@@ -158,13 +161,13 @@ def test_a_killed_drivers_leftovers_are_killed_before_the_next_sweep_runs_anythi
     marker = f"perftune-test-kill-{os.getpid()}-{phase}"
     out = tmp_path / "out"
     plan = escaping_plan(tmp_path, marker, stall=phase)
-    first = sweep_driver(plan, out)
+    first = sweep_driver(plan, out, **{NO_WATCHDOG_ENV: "1"})  # the backstop where the watchdog died too
     wait_for(reached(tmp_path, phase), f"the {phase} phase", first)
     wait_for(lambda: len(sleepers(marker)) == 2, "the grandchild and the daemon", first)
     first.kill()
     first.communicate(timeout=30)
     orphans = sleepers(marker)
-    assert len(orphans) == 2  # SIGKILL cannot be handled: the escapees outlive the driver
+    assert len(orphans) == 2  # SIGKILL cannot be handled: without the watchdog the escapees outlive the driver
     # the next sweep in the folder (a resume) kills them before its own burst starts, then stops on SIGHUP
     plan.write_text(plan.read_text().replace(f"stall: {phase}", "stall: train"))
     (tmp_path / "started").unlink()
@@ -183,7 +186,7 @@ def test_msrun_ranks_and_their_escapees_left_by_a_killed_driver_are_killed_on_st
 
     marker = f"perftune-test-kill-{os.getpid()}-msrun"
     out = tmp_path / "out"
-    first = sweep_driver(escaping_plan(tmp_path, marker, stall="train", workers=2), out)
+    first = sweep_driver(escaping_plan(tmp_path, marker, stall="train", workers=2), out, **{NO_WATCHDOG_ENV: "1"})
     wait_for(reached(tmp_path, "train", count=2), "both ranks", first, timeout=180)
     wait_for(lambda: len(sleepers(marker)) == 4, "each rank's grandchild and daemon", first)
     first.kill()
@@ -194,3 +197,92 @@ def test_msrun_ranks_and_their_escapees_left_by_a_killed_driver_are_killed_on_st
     lock.release()
     assert any("the dead driver had left running" in line for line in said), said
     assert none_left(marker) and not started_by(first.pid)
+
+
+# -- issue 40: a killed driver leaves nothing running (runner/watchdog.py); 10 kills per case:
+#    experiments/benchmarks/kill_driver.py
+
+def of_driver(out: Path, pid: int) -> list[psutil.Process]:
+    """Live processes naming the results folder or carrying a trial token of the driver ``pid``."""
+    target = str(out.resolve())
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if p.pid != os.getpid() and p.status() != psutil.STATUS_ZOMBIE and (
+                    target in " ".join(p.info["cmdline"] or []) or
+                    p.environ().get(TOKEN_ENV, "").startswith(f"{pid}-")):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def gone_within(out: Path, pid: int, seconds: float = 5.0) -> list[psutil.Process]:
+    deadline = time.monotonic() + seconds
+    while (left := of_driver(out, pid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def in_log(out: Path, text: str):
+    def check() -> bool:
+        return any(text in p.read_text(errors="replace") for p in out.glob("trials/*/burst.log"))
+    return check
+
+
+@pytest.mark.parametrize("path", ["cgroup", "fallback"])
+@pytest.mark.parametrize("phase, line", [("start", "Profiler won't be using warmup"), ("parse", "Parsing:")])
+def test_a_sigkilled_driver_leaves_no_process_of_its_trial_at_the_profilers_start_and_parse(tmp_path, path, phase,
+                                                                                            line):
+    """The battery's first: dataset workers forked from the burst (``preprocess_ms``) and the profiler's parser
+    outlived a SIGKILLed driver; now the watchdog kills them (cgroup.kill, process groups, trial tokens)."""
+    if path == "cgroup" and not containment_probe().startswith("cgroup"):
+        pytest.skip("cgroups are not writable here")
+    plan = write_plan(tmp_path, name="kill", workload_params={**TINY_MLP, "preprocess_ms": 1.0},
+                      accuracy={"samples": 1024, "seeds": 1}, decision={"baseline_runs": 1},
+                      burst={"warmup_steps": 3, "steps": 25, "repeats": 4, "profile_steps": 3, "timeout_s": 120})
+    out = tmp_path / "out"
+    first = sweep_driver(plan, out, **({NO_CGROUP_ENV: "1"} if path == "fallback" else {}))
+    wait_for(in_log(out, line), f"the profiler's {phase}", first, timeout=240)
+    assert of_driver(out, first.pid)
+    first.kill()
+    first.communicate(timeout=30)
+    left = gone_within(out, first.pid)
+    assert not left, [p.cmdline() for p in left]
+
+
+@pytest.mark.parametrize("path", ["cgroup", "fallback"])
+def test_a_sigkilled_driver_leaves_no_setsid_grandchild_or_daemon(tmp_path, path):
+    if path == "cgroup" and not containment_probe().startswith("cgroup"):
+        pytest.skip("cgroups are not writable here")
+    marker = f"perftune-test-watchdog-{os.getpid()}-{path}"
+    out = tmp_path / "out"
+    first = sweep_driver(escaping_plan(tmp_path, marker, stall="train"), out,
+                         **({NO_CGROUP_ENV: "1"} if path == "fallback" else {}))
+    wait_for(reached(tmp_path, "train"), "the train phase", first)
+    wait_for(lambda: len(sleepers(marker)) == 2, "the grandchild and the daemon", first)
+    first.kill()
+    first.communicate(timeout=30)
+    assert none_left(marker, within=5.0), [p.cmdline() for p in processes_with(marker)]
+    assert not gone_within(out, first.pid, 1.0)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can move a process out of its cgroup")
+@pytest.mark.parametrize("kill", [False, True], ids=["trial-ends", "driver-sigkilled"])
+def test_a_script_that_leaves_its_cgroup_leaves_nothing_running(tmp_path, kill):
+    """The battery's second: a double-forked daemon writes its pid into the root cgroup.procs; the driver is the
+    subreaper (its token names it) and the watchdog scans the tokens."""
+    if not containment_probe().startswith("cgroup"):
+        pytest.skip("cgroups are not writable here")
+    marker = f"perftune-test-leaver-{os.getpid()}-{kill}"
+    plan = write_plan(tmp_path, name="leaver", workload="tests.integrity_workloads:cgroup_leaver",
+                      workload_params={**TINY_MLP, "marker": marker}, decision={"baseline_runs": 1},
+                      burst={"warmup_steps": 1, "steps": 2, "repeats": 1, "profile_steps": 0, "timeout_s": 120})
+    out = tmp_path / "out"
+    first = sweep_driver(plan, out)
+    wait_for(lambda: processes_with(marker), "the daemon", first, timeout=180)
+    if kill:
+        first.kill()
+    _, err = first.communicate(timeout=300)
+    assert kill or first.returncode == 0, err
+    assert none_left(marker, within=5.0), [p.cmdline() for p in processes_with(marker)]

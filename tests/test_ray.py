@@ -72,13 +72,16 @@ def cluster():
     old_path = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), old_path) if p)  # the nodes run this tree
     started = time.perf_counter()
+    # this test process may already have children (an earlier in-process sweep's watchdog lives as long as its
+    # driver, this process): only what appears from here on is the cluster's
+    before = {p.pid for p in descendants(os.getpid())}
     c = None
     try:
         c = start_cluster()
         print(f"[cluster up in {time.perf_counter() - started:.0f} s]", file=sys.stderr)
         yield c
     finally:
-        ours = {p.pid for p in descendants(os.getpid())}
+        ours = {p.pid for p in descendants(os.getpid())} - before
         if c is not None:
             c.shutdown()
         if old_path is None:
@@ -91,7 +94,7 @@ def cluster():
         left = ray_processes(ours)
         for p in left:  # only processes this fixture's cluster started, by pid
             p.kill()
-        assert not left, f"Ray processes outlived the cluster: {[p.cmdline()[:2] for p in left]}"
+        assert not left, f"Ray processes outlived the cluster: {[p.cmdline()[:4] for p in left]}"
 
 
 def start_sweep(plan: Path, out: Path, address: str, *extra: str) -> subprocess.Popen:

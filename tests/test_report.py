@@ -142,9 +142,26 @@ def parse(html: str) -> Links:
 
 
 def expected_rows(results: dict) -> dict[str, list[str]]:
+    """Every process of the one-at-a-time comparisons (issue 39): the baseline's, then each change's first process,
+    its repeats and its paired processes; the cumulative table's rows never a process the sweep did not use."""
+    trials = results["trials"]
+    singles = [t["trial_id"] for t in trials if t["kind"] == "baseline"]
+    for single in (t for t in trials if t["kind"] == "single"):
+        singles.append(single["trial_id"])
+        singles += [t["trial_id"] for t in trials if t["kind"] == "repeat" and t["label"] == single["label"]]
+        singles += [p["trial_id"] for p in results.get("paired", [])
+                    if p["candidate"] == single["label"] and p["reference"] == "baseline"]
+
+    def used(trial_id: str) -> str:
+        trial = next(t for t in trials if t["trial_id"] == trial_id)
+        if not trial.get("excluded"):
+            return trial_id
+        return next((t["trial_id"] for t in trials if t["label"] == trial["label"] and not t.get("excluded")
+                     and t["result"]["status"] == "ok"), trial_id)
+
     return {
-        "ablation": [s["trial_id"] for s in results["stack"]],
-        "singles": [t["trial_id"] for t in results["trials"] if t["kind"] in ("baseline", "single")],
+        "ablation": [used(s["trial_id"]) for s in results["stack"]],
+        "singles": singles,
         "loo": [t["trial_id"] for t in results["trials"] if t["kind"] == "leave_one_out"],
     }
 

@@ -1,6 +1,7 @@
 """Schema versions: results written by an older perftune load through the upgrade steps; newer files are refused in
-one line; a trial.json that cannot be read stops a resumed sweep with the file and what to do, instead of being
-measured again in silence.  No bursts run here: the resumed sweeps get a runner that fails the test if called."""
+one line; a trial.json that cannot be read is set aside (kept) and measured again on a resume, said in results.json;
+one of a newer perftune stops the resume.  No bursts run here: the resumed sweeps get a runner that fails the test
+if called (or that returns a fixture's result)."""
 
 from __future__ import annotations
 
@@ -92,18 +93,42 @@ def test_a_resumed_version_1_sweep_reuses_its_trials(v1_copy):
 
 @pytest.mark.parametrize("damage, why", [
     (lambda text: text[: len(text) // 2], "corrupted or truncated JSON"),
-    (lambda text: text.replace('"schema_version": 1', '"schema_version": 7', 1), "schema version 7 is newer"),
     (lambda text: text.replace('"status": "ok"', '"status": "fine"', 1), "does not match its schema"),
+    (lambda text: text.replace('"total_ms": ', '"total_ms": NaN, "x": ', 1), "holds the number NaN"),
 ])
-def test_an_unreadable_trial_stops_the_resume_with_the_file_and_what_to_do(v1_copy, damage, why):
+def test_an_unreadable_trial_is_set_aside_kept_and_measured_again_on_resume(v1_copy, damage, why):
+    """Issue 35: a damaged trial.json is moved aside inside its folder (kept, named in results.json), the trial is
+    measured again; nothing the user wrote is deleted."""
     plan = read_sweep(v1_copy).plan
     bad = next((v1_copy / "trials").iterdir()) / "trial.json"
-    bad.write_text(damage(bad.read_text()))
+    damaged = damage(bad.read_text())
+    bad.write_text(damaged)
+    ran = []
+
+    def measure_the_damaged_one(spec, trial_dir):  # and the baseline's new repeat (as in the test above)
+        ran.append(spec.trial_id)
+        source = V1 / "trials" / (spec.trial_id if trial_dir == bad.parent else first)
+        return read_trial(source).model_copy(update={"trial_id": spec.trial_id})
+
+    first = next(t.trial_id for t in read_sweep(V1).trials if t.kind == "baseline")
+    result = Sweep(plan, v1_copy, measure_the_damaged_one).run()
+    assert bad.parent.name in ran and len(ran) == 2
+    kept = bad.parent / "trial.set-aside-1.json"
+    assert kept.read_text() == damaged
+    assert len(result.integrity) == 1 and why in result.integrity[0] and "trial.set-aside-1.json" in \
+        result.integrity[0]
+    assert json.loads((v1_copy / "results.json").read_text())["integrity"] == result.integrity
+
+
+def test_a_trial_of_a_newer_perftune_stops_the_resume_in_one_line(v1_copy):
+    plan = read_sweep(v1_copy).plan
+    bad = next((v1_copy / "trials").iterdir()) / "trial.json"
+    bad.write_text(bad.read_text().replace('"schema_version": 1', '"schema_version": 7', 1))
     with pytest.raises(UserError) as err:
         Sweep(plan, v1_copy, no_bursts).run()
     message = str(err.value)
-    assert str(bad) in message and why in message
-    assert f"delete the folder {bad.parent}" in message and "--fresh" in message and "\n" not in message
+    assert str(bad) in message and "schema version 7 is newer" in message and "\n" not in message
+    assert not (bad.parent / "trial.set-aside-1.json").exists()
 
 
 def test_files_newer_than_this_perftune_are_refused_in_one_line(v1_copy, tmp_path):

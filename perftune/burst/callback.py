@@ -22,14 +22,21 @@ from perftune.burst.context import environment, learning_rate
 from perftune.burst.failures import KnobRefused
 from perftune.burst.meter import BurstDone, Meter
 from perftune.io.plan import BurstSettings
-from perftune.io.records import TrialSpec
+from perftune.io.records import Note, TrialSpec
 
-_active: dict[str, Any] = {"meter": None, "loss": None}
+_active: dict[str, Any] = {"meter": None, "loss": None, "explicit": False}
 
 
 def activate(meter: Optional[Meter]) -> None:
     """The script burst's meter: what the injected callbacks and ``steps`` report to (None: none)."""
     _active["meter"] = meter
+    _active["explicit"] = False
+
+
+def explicit_loop() -> bool:
+    """Whether the script measures its loop itself (``perftune.steps``): the found loop (``script_loop``) stands
+    down."""
+    return _active["explicit"]
 
 
 def active_meter() -> Optional[Meter]:
@@ -81,6 +88,13 @@ class Callback(MindSporeCallback):
         self.replicate = replicate
         self.last_step_num = 0
         self.written = False
+        #: a callback the script made itself, inside a burst: the burst measures (its own callback on every
+        #: Model.train); this one does nothing, so its ``out`` folder (a standalone trial.json) is left as it is
+        self.standing_down = meter is None and active_meter() is not None
+        if self.standing_down:
+            active_meter().result.notes.append(Note(kind="info", text=(
+                "the script's own perftune.Callback stood down inside the burst (perftune measures every "
+                f"Model.train itself); its output{f' ({self.out})' if self.out else ''} was left as it was")))
 
     def ensure_meter(self, batch_size: int) -> Meter:
         if self.meter is None:
@@ -91,6 +105,8 @@ class Callback(MindSporeCallback):
         return self.meter
 
     def on_train_begin(self, run_context) -> None:
+        if self.standing_down:
+            return
         cb = run_context.original_args()
         dataset = getattr(cb, "train_dataset", None)
         meter = self.ensure_meter(_dataset_batch_size(dataset))
@@ -164,6 +180,7 @@ def steps(iterable: Iterable) -> Iterator:
         return
     if meter.loop_refusal:
         raise KnobRefused(meter.loop_refusal)
+    _active["explicit"] = True  # the explicit form wins over the loop the burst finds by itself
     _active["loss"] = None
     meter.start()
     for batch in iterable:

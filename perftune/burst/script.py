@@ -1,6 +1,7 @@
 """The burst of a script workload: the user's training script, unchanged, run in the burst process as
 ``python train.py ARGS`` would run it, measured from inside by ``perftune.Callback`` (``Model.train``) or
-``perftune.steps`` (a custom loop).
+``perftune.steps`` (a custom loop), or, without any perftune line, by the loop over the training dataset's
+iterator (``script_loop``).
 
 The script runs with ``__name__ == "__main__"``, ``sys.argv = [script, *args, *knob options]``, its own folder as
 working directory and first on ``sys.path``.  Before it starts, the context and dataset knobs the plan names are
@@ -28,8 +29,27 @@ from perftune.burst.results import read_memory
 from perftune.burst.script_figures import ScriptFigures
 from perftune.burst.script_hooks import ScriptHooks, apply_dataset_config, apply_script_context
 from perftune.engine.script_plan import script_argv
-from perftune.io.records import Note, TrialResult, TrialSpec
 from perftune.io.derived import failed_result
+from perftune.io.records import Note, TrialResult, TrialSpec
+
+#: knobs whose read-back in ``applied`` is the knob's own value (so the two can be compared)
+READ_BACK_AS_IS = ("mode", "jit_level", "num_parallel_workers", "prefetch_size", "dataset_autotune")
+
+
+def disagreements(knobs: dict, applied: dict, imposed: set[str]) -> list[Note]:
+    """Where ``knobs`` (perftune's defaults for what the plan does not name) and what ran differ: say why, so that
+    ``knobs.jit_level`` O0 beside the script's own ``applied.jit_level`` O2 is not read as a contradiction."""
+    out = []
+    for name in READ_BACK_AS_IS:
+        ran = applied.get(name)
+        if name in imposed or ran is None or name not in knobs:
+            continue
+        if knob_registry.format_value(ran) != knob_registry.format_value(knobs[name]):
+            out.append(Note(kind="info", knob=name, text=(
+                f"knobs.{name}={knob_registry.format_value(knobs[name])} is perftune's default, not imposed (the "
+                f"plan does not name {name}): the script ran {name}={knob_registry.format_value(ran)} "
+                f"(applied.{name})")))
+    return out
 
 
 class ScriptBurst:
@@ -82,6 +102,7 @@ class ScriptBurst:
         if left:
             self.result.notes.append(Note(kind="info", text=(
                 f"left to the script (the plan does not name them): {', '.join(left)}; `applied` shows what ran")))
+        self.result.notes += disagreements(spec.knobs, self.result.applied, self.imposed)
         self.result.wall_s = time.perf_counter() - started
         return self.result
 
@@ -126,7 +147,8 @@ class ScriptBurst:
             if hooks.trained:
                 return "failed", "the script called Model.train but no training step ran (an empty dataset?)"
             return "failed", ("the script finished without training: it never called mindspore.train.Model.train "
-                              "(a custom loop needs `for batch in perftune.steps(iterator):`)")
+                              "and took no batch from a mindspore.dataset iterator outside a validation (a loop "
+                              "over other data needs `for batch in perftune.steps(iterator):`)")
         return "failed", (f"the script's training ended after {meter.steps_seen} step(s), before the burst had "
                           f"{meter.needed_steps()}: give the script more epochs or data in workload.args, or "
                           "lower the plan's burst settings")

@@ -14,6 +14,7 @@ from perftune import knobs as knob_registry
 from perftune.burst.context import GRAPH_KERNEL_FLAGS
 from perftune.burst.failures import KnobRefused, one_line
 from perftune.burst.meter import BurstDone, Meter
+from perftune.burst.script_loop import LoopState, wrap_iterator_factory
 from perftune.io.records import Note, TrialSpec
 
 #: set_context keywords that a knob owns: dropped from the script's call when that knob is imposed
@@ -119,6 +120,7 @@ class ScriptHooks:
         self.notes: list[Note] = []
         self.pipeline: list[dict[str, Any]] = []
         self.trained = False
+        self.loop = LoopState(meter)  # the script's own loop, found by its dataset iterators (``script_loop``)
         self.originals: list[tuple[Any, str, Any]] = []
 
     def patch(self, owner: Any, name: str, replacement: Any) -> None:
@@ -151,6 +153,37 @@ class ScriptHooks:
         self.patch(Model, "__init__", self.wrap_init(Model.__init__))
         self.patch(Model, "train", self.wrap_train(Model.train))
         self.patch(Model, "fit", self.wrap_train(Model.fit))  # fit trains through Model._train, not Model.train
+        self.patch(Model, "eval", self.inside_model(Model.eval))
+        self.install_loop()
+
+    def install_loop(self) -> None:
+        """A custom loop's steps, found by the dataset iterators it takes its batches from."""
+        from mindspore import nn
+        from mindspore.dataset.engine.datasets import Dataset
+
+        for name in ("create_tuple_iterator", "create_dict_iterator"):
+            self.patch(Dataset, name, wrap_iterator_factory(getattr(Dataset, name), self.loop))
+        original_set_train, loop = nn.Cell.set_train, self.loop
+
+        def set_train(cell, mode=True):
+            loop.eval_mode = not mode
+            return original_set_train(cell, mode)
+
+        self.patch(nn.Cell, "set_train", set_train)
+
+    def inside_model(self, original):
+        """``Model``'s own iteration is measured by perftune's callback, not as a custom loop."""
+        loop = self.loop
+
+        def call(*args, **kwargs):
+            loop.in_model += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                loop.in_model -= 1
+
+        call.__name__ = original.__name__
+        return call
 
     def remove(self) -> None:
         for owner, name, original in reversed(self.originals):
@@ -211,7 +244,11 @@ class ScriptHooks:
             if valid is not None and figures is not None and figures.evaluate is None:
                 figures.evaluate = lambda: model.eval(valid, dataset_sink_mode=False)
             hooks.trained = True
-            out = original(model, **arguments)
+            hooks.loop.in_model += 1
+            try:
+                out = original(model, **arguments)
+            finally:
+                hooks.loop.in_model -= 1
             if hooks.meter.done:
                 raise BurstDone()
             return out

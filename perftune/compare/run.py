@@ -124,7 +124,8 @@ def run_compare(old: str | Path, new: str | Path, threshold: float = 0.05, metri
     if not common:
         raise UserError(f"nothing in common: none of OLD's {len(old_groups)} configuration(s) was measured in NEW "
                         f"({len(new_groups)}); closest pair differs in {closest_difference(old_groups, new_groups)}")
-    warnings = side_warnings(old_side, new_side, missing)
+    warnings = side_warnings(old_side, new_side, missing) + [f"{s.name}: {d}" for s in (old_side, new_side)
+                                                             for d in s.doubts]
 
     # labels relative to OLD's baseline (or its first trial)
     ref_entry = next((e for e in old_side.entries if e.kind == "baseline"), old_side.entries[0])

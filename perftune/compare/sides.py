@@ -19,6 +19,7 @@ from perftune.io.files import (
     read_trial,
 )
 from perftune.io.records import TrialResult
+from perftune.io.seals import folder_doubts, trial_file_doubt
 
 
 @dataclass
@@ -45,6 +46,8 @@ class Side:
     file_kinds: list[str] = field(default_factory=list)  # "sweep" / "trial", per file
     entries: list[Entry] = field(default_factory=list)
     sweep_status: list[str] = field(default_factory=list)
+    #: trial files beside a sweep's results.json that cannot be believed (the comparison uses results.json)
+    doubts: list[str] = field(default_factory=list)
 
 
 def _spec_fields(trial_file: Path) -> tuple[Optional[dict], Optional[int]]:
@@ -72,8 +75,11 @@ def _load_file(side: Side, path: Path) -> None:
             side.entries.append(Entry(t.result, str(path), t.label, t.kind, params, seed))
         side.file_kinds.append("sweep")
         side.sweep_status.append(sweep.status)
+        side.doubts += [f"{d} (not used: the comparison reads {path.name})" for d in folder_doubts(path.parent)]
     elif is_trial(data):
         result = read_trial(path)
+        if (why := trial_file_doubt(path)) is not None:  # the comparison would rest on it
+            raise UserError(why)
         params, seed = _spec_fields(path)
         side.entries.append(Entry(result, str(path), None, None, params, seed))
         side.file_kinds.append("trial")

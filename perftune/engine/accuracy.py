@@ -30,6 +30,8 @@ class GateResult:
     unjudged: dict[str, str] = field(default_factory=dict)  # metric -> why it cannot judge
     #: each figure against the baseline's seeds (empty: no seed runs, the fixed tolerance judged)
     judgements: list[seed_band.Judgement] = field(default_factory=list)
+    #: the updates count when batch sizes differ (``_window``): said with every figure the verdict states
+    window: str = ""
 
     def pass_notes(self) -> list[str]:
         """What a passing verdict must add, in words: figures the seeds could not separate from the tolerance, figures
@@ -40,7 +42,7 @@ class GateResult:
         uncalibrated = [seed_band.label(j.name) for j in self.judgements if j.outcome == "uncalibrated"]
         if uncalibrated:
             notes.append(f"uncalibrated (no seed spread): {', '.join(uncalibrated)}, judged by the fixed tolerance")
-        return notes
+        return [n + self.window for n in notes]
 
 
 def _rel(candidate: Optional[float], baseline: Optional[float]) -> Optional[float]:
@@ -162,7 +164,7 @@ def check(baseline: Accuracy, candidate: Optional[Accuracy], gate: AccuracyGate,
     if candidate.repetition_rate is not None and baseline.repetition_rate is not None:
         changes["repetition_rate"] = candidate.repetition_rate - baseline.repetition_rate
     if candidate.nonfinite and not baseline.nonfinite:
-        return GateResult(False, "NaN/Inf in the loss or gradients", changes)
+        return GateResult(False, f"NaN/Inf in the loss or gradients{_window(baseline, candidate)}", changes)
     if candidate.samples_seen != baseline.samples_seen:
         return GateResult(False, f"measured after {candidate.samples_seen} samples, the baseline after "
                                  f"{baseline.samples_seen}: not comparable", changes)
@@ -177,7 +179,7 @@ def check(baseline: Accuracy, candidate: Optional[Accuracy], gate: AccuracyGate,
         change = changes.get(metric)
         if change is None:
             if getattr(baseline, metric) is not None:
-                return GateResult(False, f"{metric} is missing", changes)
+                return GateResult(False, f"{metric} is missing{_window(baseline, candidate)}", changes)
             continue
         if change > tol and not seeds:
             return GateResult(False, f"{metric} {getattr(candidate, metric):.4g} vs baseline "
@@ -188,11 +190,13 @@ def check(baseline: Accuracy, candidate: Optional[Accuracy], gate: AccuracyGate,
         return GateResult(False, refused + _window(baseline, candidate), changes)
     rep_tol = gate.tolerances.get("repetition_rate", DEFAULT_REPETITION_TOLERANCE)
     rep = changes.get("repetition_rate")
+    window = _window(baseline, candidate)
     if rep is not None and rep > rep_tol:
         return GateResult(False, f"repetition rate of a greedy sample {candidate.repetition_rate:.2f} vs "
-                                 f"{baseline.repetition_rate:.2f} (+{rep:.2f}, tolerance {rep_tol:.2f})", changes)
+                                 f"{baseline.repetition_rate:.2f} (+{rep:.2f}, tolerance {rep_tol:.2f}){window}",
+                          changes)
     if (candidate.max_grad_norm is not None and baseline.max_grad_norm
             and candidate.max_grad_norm > gate.grad_norm_factor * baseline.max_grad_norm):
         return GateResult(False, f"gradient norm blew up: max {candidate.max_grad_norm:.3g} vs baseline "
-                                 f"{baseline.max_grad_norm:.3g} (limit x{gate.grad_norm_factor:g})", changes)
-    return GateResult(True, "", changes, unjudged(baseline, gate), judgements)
+                                 f"{baseline.max_grad_norm:.3g} (limit x{gate.grad_norm_factor:g}){window}", changes)
+    return GateResult(True, "", changes, unjudged(baseline, gate), judgements, window=window)

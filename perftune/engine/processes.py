@@ -26,13 +26,16 @@ from perftune.engine.progress import SweepProgress
 from perftune.engine.race import EXCLUDED, LaneOutcome
 from perftune.engine.specs import make_spec, paired_label, paired_spec
 from perftune.engine.stats import ProcessRun
-from perftune.io.files import RESULTS_NAME, TRIALS_DIR, reusable_trial
+from perftune.io.files import RESULTS_NAME, TRIALS_DIR
 from perftune.io.plan import Plan
 from perftune.io.records import TrialResult, TrialSpec
+from perftune.io.seals import TrialSeals
 from perftune.io.store import write_json_atomic
 from perftune.io.sweep_records import FAILED_VERDICTS, PairedProcess, SweepResult, SweepTrial
+from perftune.io.watch import FolderWatch
 from perftune.words import lm
 from perftune.words.format import speed_text
+from perftune.words.reasons import process_flags
 
 #: runs one trial in ``trial_dir`` and returns its result (``perftune.runner.run_trial``; tests pass scripted ones)
 TrialRunner = Callable[[TrialSpec, Path], TrialResult]
@@ -61,6 +64,8 @@ class Processes:
         self.streak = 0  # contended processes in a row, whatever their configuration
         self.expected = self.ticks = 0  # progress lines expected so far, and given
         self.pairs_booked: dict[tuple[Hashable, Hashable], int] = {}  # (reference, candidate) -> paired processes
+        self.seals = TrialSeals(out)  # each accepted trial.json's digest: a changed one is set aside (io/seals.py)
+        self.watch = FolderWatch(out, self.seals)  # what vanishes from the folder while it runs (io/watch.py)
 
     # -- configurations and trials ----------------------------------------------------------------------------
     def spec(self, changes: dict[str, Any], replicate: int = 0) -> TrialSpec:
@@ -79,10 +84,14 @@ class Processes:
     def run_or_reuse(self, spec: TrialSpec, lane: Optional[int] = None) -> tuple[TrialResult, bool]:
         """``spec``'s result, from its folder when an earlier run finished it (True), else measured now (False)."""
         trial_dir = self.trials_dir / spec.trial_id
-        result = reusable_trial(trial_dir, spec.trial_id)
-        if result is not None:
-            return result, True
-        return (self.run_trial(spec, trial_dir) if lane is None else self.run_trial(spec, trial_dir, lane=lane)), False
+        result, set_aside = self.seals.reusable(trial_dir, spec.trial_id)
+        if set_aside is not None:
+            self.warn(set_aside)
+        found = result is not None
+        if result is None:
+            result = self.run_trial(spec, trial_dir) if lane is None else self.run_trial(spec, trial_dir, lane=lane)
+        self.seals.seal(trial_dir, spec.trial_id)
+        return result, found
 
     def measure(self, changes: dict[str, Any], kind: str, replicate: int = 0, lane: Optional[int] = None) -> SweepTrial:
         """One trial (reused when an earlier run finished it); ``lane``: the runner's lane, from a lane's thread."""
@@ -204,8 +213,16 @@ class Processes:
     # -- results.json and the progress display ----------------------------------------------------------------------
     def save(self) -> None:
         with self.lock:
+            for line in self.watch.check():
+                self.warn(line)
             self.result.wall_s = time.perf_counter() - self.started
             write_json_atomic(self.out / RESULTS_NAME, self.result.model_dump(mode="json"))
+
+    def warn(self, line: str) -> None:
+        """What is wrong with the sweep's own folder (a trial file set aside): kept in results.json and said."""
+        with self.lock:
+            self.result.integrity.append(line)
+            self.progress.done(f"  warning: {line}")
 
     def say(self, line: str) -> None:
         """One progress line (a process measured, or a verdict); the bar grows past what was expected."""
@@ -220,10 +237,4 @@ class Processes:
         r = trial.result
         what = lm.progress_text(r) if r.status == "ok" and r.samples_per_s else f"{trial.verdict}: {trial.reason}"
         run = f" (run {trial.replicate + 1})" if trial.replicate else ""
-        extra = ((f" ({trial.excluded})" if trial.excluded else "") + (" (reused)" if trial.reused else "")
-                 + (f" [on {r.node.host}]" if r.node is not None else ""))
-        agreement = r.phase_agreement
-        if agreement is not None and not agreement.agree:  # used all the same, but never silently
-            extra += (f" (phases disagree: the {agreement.worst_phase} steps x{agreement.ratio:.2f} the timed "
-                      "ones; its figures are suspect)")
-        self.say(f"  {trial.label}{run}: {what}{extra}")
+        self.say(f"  {trial.label}{run}: {what}{process_flags(trial)}")

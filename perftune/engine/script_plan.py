@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from perftune import knobs
+from perftune.engine.script_args import refusal, script_options
 from perftune.errors import UserError
 from perftune.io.plan import ScriptWorkload
 
@@ -41,15 +42,19 @@ def check_script_workload(data: dict, base_dir: Path) -> tuple[dict, list[str]]:
                             "relative to the plan file)")
         data = {**data, "workload": {**work, "script": str(path)}}
     knob_args = work.get("knob_args") if isinstance(work.get("knob_args"), dict) else {}
-    for name, option in knob_args.items():
+    for name, entry in knob_args.items():
+        option = option_of(entry)
         if name not in knobs.KNOBS:
             problems.append(f"workload.knob_args.{name}: unknown knob {name!r} (allowed: "
                             f"{', '.join(sorted(knobs.KNOBS))})")
         elif not isinstance(option, str) or not option.strip():
             problems.append(f"workload.knob_args.{name}: expected the script's option as a string, e.g. "
-                            f"'--{name.replace('_', '-')}' (got {option!r})")
+                            f"'--{name.replace('_', '-')}', or {{arg: '--{name.replace('_', '-')}', value_map: "
+                            f"{{...}}}} (got {entry!r})")
+    if not problems and isinstance(script, str) and script:
+        problems += knob_arg_problems(data, Path(data["workload"]["script"]), knob_args)
     seed_arg = work.get("seed_arg")
-    clash = [name for name, option in knob_args.items() if isinstance(option, str) and option == seed_arg]
+    clash = [name for name, entry in knob_args.items() if option_of(entry) == seed_arg]
     if isinstance(seed_arg, str) and clash:  # the seed runs would set the knob, and the knob the seed
         problems.append(f"workload.seed_arg: {seed_arg!r} is also workload.knob_args.{clash[0]}; the script's seed "
                         "option must be its own")
@@ -103,9 +108,54 @@ def _default_metric(data: dict) -> dict:
     return data
 
 
-def script_argv(script: str, args: list[str], knob_args: dict[str, str], knob_values: dict[str, Any]) -> list[str]:
+def option_of(entry: Any) -> Any:
+    """The script option of a ``knob_args`` entry: ``"--mode"`` or ``{arg: "--mode", value_map: ...}``."""
+    if isinstance(entry, dict):
+        return entry.get("arg")
+    return getattr(entry, "arg", entry)
+
+
+def given_value(entry: Any, value: Any) -> str:
+    """What the script's option is given for the knob's ``value`` (through the entry's ``value_map``, if any)."""
+    mapping = entry.get("value_map") if isinstance(entry, dict) else getattr(entry, "value_map", None)
+    mapping = mapping if isinstance(mapping, dict) else {}
+    for key in (value, knobs.format_value(value)):
+        if not isinstance(key, (dict, list)) and key in mapping:
+            return knobs.format_value(mapping[key])
+    return knobs.format_value(value)
+
+
+def values_in_play(data: dict, name: str) -> list[Any]:
+    """The knob's values a sweep of this plan passes: the baseline's (or the registry default) and the variables'."""
+    baseline = data.get("baseline") if isinstance(data.get("baseline"), dict) else {}
+    variables = data.get("variables") if isinstance(data.get("variables"), dict) else {}
+    out = [baseline.get(name, knobs.KNOBS[name].default)]
+    listed = variables.get(name)
+    out += listed if isinstance(listed, list) else []
+    return [v for i, v in enumerate(out) if v not in out[:i]]
+
+
+def knob_arg_problems(data: dict, script: Path, knob_args: dict) -> list[str]:
+    """A knob value the script's option cannot take as given (``script_args``): refused, with the field named."""
+    options = script_options(script)
+    problems = []
+    for name, entry in knob_args.items():
+        option = options.get(option_of(entry))
+        if option is None:  # not declared literally: cannot be checked here (script_args says what it misses)
+            continue
+        for value in values_in_play(data, name):
+            why = refusal(option, given_value(entry, value))
+            if why:
+                problems.append(f"workload.knob_args.{name}: {name}={knobs.format_value(value)} cannot reach the "
+                                f"script: {why}; map the knob's values with value_map, e.g. {{arg: "
+                                f"'{option.option}', value_map: {{{knobs.format_value(value)}: ...}}}}")
+                break
+    return problems
+
+
+def script_argv(script: str, args: list[str], knob_args: dict[str, Any], knob_values: dict[str, Any]) -> list[str]:
     """``sys.argv`` of the script's run: its path, its own arguments, then ``OPTION VALUE`` per mapped knob."""
     argv = [script, *args]
-    for name, option in knob_args.items():
-        argv += [option, knobs.format_value(knob_values[name])]
+    for name, entry in knob_args.items():
+        argv += [option_of(entry), given_value(entry, knob_values[name])]
     return argv

@@ -24,8 +24,8 @@ from perftune.engine import knee, seed_band
 from perftune.engine.plan_load import baseline_knobs
 from perftune.engine.specs import make_spec, trial_id
 from perftune.errors import UserError
-from perftune.io.files import RESULTS_NAME, read_sweep
 from perftune.io.accuracy_window import WindowReach
+from perftune.io.files import RESULTS_NAME, read_sweep
 from perftune.io.plan import MAX_SEED, AccuracyGate, BurstSettings, Plan
 from perftune.io.records import Accuracy, TrialResult, TrialSpec
 from perftune.io.sweep_records import AccuracyCalibration, SweepResult, WindowSizing

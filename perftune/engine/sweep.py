@@ -39,7 +39,7 @@ from perftune.engine import noop, order, seed_runs, stack_check, stacking, verdi
 from perftune.engine.lanes import ParallelRunner, lanes_of
 from perftune.engine.paired import PairedRun, decide_paired
 from perftune.engine.processes import Processes, TrialRunner
-from perftune.engine.progress import SilentProgress, SweepProgress
+from perftune.engine.progress import SilentProgress, SweepProgress, most_lines
 from perftune.engine.race import Race
 from perftune.engine.sequential import decide
 from perftune.engine.stats import Noise, Policy, ProcessRun, benjamini_hochberg
@@ -171,6 +171,7 @@ class Sweep:
         singles = self.singles()
         self.procs.expected = 1 + 3 * len(singles)  # R C1 R C2 R ... and a verdict line each, before any extra round
         self.procs.progress.begin(self.procs.expected)
+        self.procs.progress.bound(most_lines(len(singles), self.plan.decision.max_runs, self.plan.accuracy.seeds))
         try:
             self.plan, self.result.accuracy_calibration = seed_runs.calibrate_sweep(self)
             self.procs.plan = self.plan  # the sized accuracy window: every spec from here on is judged at it

@@ -51,3 +51,30 @@ def rank_summary(result: TrialResult, rank: int, result_dir: Optional[str], log_
         host_rss_peak_bytes=result.memory.host_rss_peak_bytes,
         allocator_peak_bytes=result.memory.allocator_peak_bytes,
     )
+
+
+def _differ(stored: float, derived: float) -> bool:
+    return abs(stored - derived) > 1e-9 * max(abs(stored), abs(derived))
+
+
+def derived_mismatch(result: TrialResult) -> Optional[str]:
+    """Why a result's stored throughput is not what its windows give, or None (issue 40: a figure edited in a file
+    whose every other field is intact).  Recomputed from the windows: ``throughput``, or the median of the windows'
+    figures that files written before issue 28 stored (a paired process: its reference arm's windows, arm 0);
+    tokens/s is samples/s x tokens per sample."""
+    stored = result.samples_per_s
+    if result.status != "ok" or not result.windows or stored is None:
+        return None
+    own = [w for w in result.windows if w.arm == 0] or list(result.windows)
+    figures = sorted(w.samples_per_s for w in own)
+    mid = len(figures) // 2
+    median = figures[mid] if len(figures) % 2 else (figures[mid - 1] + figures[mid]) / 2
+    derived = throughput(own)
+    if derived is not None and _differ(stored, derived) and _differ(stored, median):
+        return (f"trial {result.trial_id} stores samples_per_s {stored:.6g}, its timed windows give {derived:.6g}: "
+                "the file was edited or corrupted")
+    if result.tokens_per_s is not None and result.tokens_per_sample and \
+            _differ(result.tokens_per_s, stored * result.tokens_per_sample):
+        return (f"trial {result.trial_id} stores tokens_per_s {result.tokens_per_s:.6g}, its samples/s give "
+                f"{stored * result.tokens_per_sample:.6g}: the file was edited or corrupted")
+    return None

@@ -18,6 +18,7 @@ from typing import Any, Optional
 from pydantic import ValidationError
 
 from perftune.errors import UserError
+from perftune.io.derived import derived_mismatch
 from perftune.io.records import TrialResult, TrialSpec
 from perftune.io.schema import upgrade_results, upgrade_trial
 from perftune.io.sweep_records import SweepResult
@@ -29,6 +30,8 @@ RESULTS_NAME = "results.json"
 TRIALS_DIR = "trials"
 MSRUN_LOG_DIR = "msrun_logs"  # msrun's --log_dir inside the trial folder: worker_<rank>.log, scheduler.log
 SWEEP_KIND = "perftune-sweep"
+#: each accepted trial.json's SHA-256, at the top of the sweep folder (``perftune/io/seals.py``)
+SEALS_NAME = ".perftune-seals.json"
 #: the environment variable that tells a rank (and a sweep on another machine) its node number
 NODE_RANK_ENV = "PERFTUNE_NODE_RANK"
 #: what a trial folder holds that the runner wrote (a redone trial clears them; ``--fresh`` deletes only these)
@@ -130,9 +133,10 @@ def read_json(path: Path, expected: str = "a perftune results.json or trial.json
 
 
 def unusable_windows(result: TrialResult) -> Optional[str]:
-    """Why an ok trial's timed windows cannot be used (a throughput or time that is not > 0), or None.
+    """Why an ok trial's timed windows cannot be used (a throughput or time that is not > 0, a stored throughput
+    they do not give: ``derived.derived_mismatch``), or None.
 
-    The one rule of what is unusable, so ``report`` and ``compare`` refuse the same files."""
+    The one rule of what is unusable, so ``report``, ``compare``, ``export`` and a resume refuse the same files."""
     if result.status != "ok":
         return None
     for w in result.windows:
@@ -140,7 +144,7 @@ def unusable_windows(result: TrialResult) -> Optional[str]:
             if value is None or not value > 0:
                 return (f"trial {result.trial_id} has an unusable window {name} ({value!r}; expected finite numbers "
                         "> 0): the file is corrupted or was edited")
-    return None
+    return derived_mismatch(result)
 
 
 def _validate(model, data: dict, path: Path, name: str):
@@ -195,22 +199,6 @@ def read_trial_if_present(path: str | Path) -> Optional[TrialResult]:
     if not path.exists():
         return None
     return read_trial(path)
-
-
-def reusable_trial(trial_dir: Path, trial_id: str) -> Optional[TrialResult]:
-    """A finished trial.json of this very trial (same id) left by an earlier run, else None.
-
-    A trial.json that exists but cannot be read is reported, not silently measured again: it may hold the only copy
-    of a long measurement, and a file that keeps breaking would otherwise be re-run on every resume.
-    """
-    try:
-        result = read_trial_if_present(trial_dir / TRIAL_NAME)
-    except UserError as exc:
-        raise UserError(f"{exc}; delete the folder {trial_dir} to measure this trial again, or start the sweep "
-                        "over with --fresh") from None
-    if result is None or result.trial_id != trial_id or result.retry_on_resume:
-        return None  # retry_on_resume: killed by a signal perftune did not send; measured again
-    return result
 
 
 def read_spec(path: str | Path) -> TrialSpec:

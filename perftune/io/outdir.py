@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Optional
 
 from perftune.errors import UserError
-from perftune.io.files import RESULTS_NAME, SPEC_NAME, SWEEP_KIND, TRIAL_OUTPUTS, TRIALS_DIR, read_json
+from perftune.io.files import RESULTS_NAME, SEALS_NAME, SPEC_NAME, SWEEP_KIND, TRIAL_OUTPUTS, TRIALS_DIR, read_json
 
 LOCK_NAME = ".perftune.lock"
 MARKER_NAME = ".perftune-sweep"
 #: files a sweep writes at the top of its folder (besides results.json, trials/ and cache/)
-OWN_FILES = ("ablation.csv", "ablation.md", "singles.csv", "report.html")
+OWN_FILES = ("ablation.csv", "ablation.md", "singles.csv", "report.html", SEALS_NAME)
 TRIAL_DIR_PATTERN = re.compile(r"^[0-9a-f]{12}$")
 #: what MindSpore's profiler accepts in its output path (mindspore/profiler/common/path_manager.py)
 PROFILER_PATH = re.compile(r"(\.|/|_|-|\s|[~0-9a-zA-Z]|[\u4e00-\u9fa5])+")
@@ -37,6 +37,10 @@ PROFILER_PATH = re.compile(r"(\.|/|_|-|\s|[~0-9a-zA-Z]|[\u4e00-\u9fa5])+")
 def cannot_write(path: Path, exc: OSError) -> UserError:
     """The one-line error for an output that cannot be written (read-only folder, disk full, ...)."""
     return UserError(f"{path}: cannot be written ({exc.strerror or exc})")
+
+
+#: the folder locks this process holds, by folder (the sweep's folder watch restores a deleted one: io/watch.py)
+HELD: dict[Path, FolderLock] = {}
 
 
 def _is_own_results(path: Path) -> bool:
@@ -102,8 +106,36 @@ class FolderLock:
     stale: Optional[str] = None
     #: the dead owner's driver tag where it ran on this host (its leftover processes carry it), else None
     stale_tag: Optional[str] = None
+    text: str = ""  # what the lock file says (this owner)
+
+    def held(self) -> bool:
+        """Whether the lock file on disk is still the one this owner holds (not deleted or replaced)."""
+        try:
+            return self.fd >= 0 and os.fstat(self.fd).st_ino == os.stat(self.path).st_ino
+        except OSError:
+            return False
+
+    def restore(self) -> Optional[str]:
+        """Write the lock file again where it vanished (a script deleted it) and hold the new one; None when done,
+        else why not (another process took the new file meanwhile)."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            return f"cannot be written again ({exc.strerror or exc})"
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return "another process holds the new lock file: two sweeps may now write this folder"
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, self.text.encode(), 0)
+        os.close(self.fd)
+        self.fd = fd
+        HELD[self.path.parent.resolve()] = self
+        return None
 
     def release(self) -> None:
+        HELD.pop(self.path.parent.resolve(), None)
         if self.fd < 0:
             return
         try:
@@ -174,7 +206,9 @@ def lock_folder(out: Path, since: str = "", tag: str = "") -> FolderLock:
         except OSError as exc:
             os.close(fd)
             raise cannot_write(path, exc) from None
-        return FolderLock(path, fd, stale, _stale_tag(previous) if previous else None)
+        lock = FolderLock(path, fd, stale, _stale_tag(previous) if previous else None, text)
+        HELD[out.resolve()] = lock
+        return lock
     raise UserError(f"{out}: the lock {LOCK_NAME} keeps changing hands; is another sweep starting there?")
 
 

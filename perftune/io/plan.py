@@ -114,6 +114,18 @@ class DistributedSettings(PlanRecord):
     master_port: Optional[int] = Field(None, ge=1024, le=65535)
 
 
+KnobValue = Union[bool, int, float, str]
+
+
+class KnobArg(PlanRecord):
+    """``knob_args: {mode: {arg: "--mode", value_map: {graph: 0, pynative: 1}}}``: a knob reaching a script option
+    whose values are not the knob's own (the string form ``mode: "--mode"`` passes the knob's value as written)."""
+
+    arg: str = Field(min_length=1, max_length=100)
+    #: knob value -> what the script's option is given instead; a value not in the map is passed as written
+    value_map: dict[KnobValue, KnobValue] = Field(default_factory=dict)
+
+
 class ScriptWorkload(PlanRecord):
     """``workload: {script: train.py, ...}``: the user's own training script, run unchanged in the burst process as
     ``python train.py ARGS`` would run it (see ``perftune.burst.script``).  ``script`` is made absolute (relative to
@@ -123,7 +135,7 @@ class ScriptWorkload(PlanRecord):
     #: the script's own arguments, passed on unchanged
     args: list[str] = Field(default_factory=list)
     #: knob -> the script's option that takes it (``{batch_size: "--batch-size"}``): ``--batch-size 64`` is appended
-    knob_args: dict[str, str] = Field(default_factory=dict)
+    knob_args: dict[str, Union[str, KnobArg]] = Field(default_factory=dict)
     #: the script's own seed option (``--seed``): the accuracy gate's seed runs pass it ``--seed N`` (perftune
     #: seeds MindSpore, NumPy and the dataset itself in any case)
     seed_arg: Optional[str] = Field(None, min_length=1, max_length=100)

@@ -146,12 +146,16 @@ RESULTS_UPGRADES: dict[int, Callable[[dict], dict]] = {2: results_upgrade_to_2, 
                                                       6: results_upgrade_to_6}
 
 
+class NewerFileError(UserError):
+    """A file of a newer perftune: not damaged, so a resume refuses it rather than setting it aside."""
+
+
 def _upgrade(data: dict, path: Path, what: str, current: int, steps: dict[int, Callable[[dict], dict]]) -> dict:
     version = data.get("schema_version")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise UserError(f"{path}: {what} schema version {version!r} is not a version perftune ever wrote")
     if version > current:
-        raise UserError(f"{path}: {what} schema version {version} is newer than this perftune reads ({current}): "
+        raise NewerFileError(f"{path}: {what} schema version {version} is newer than this perftune reads ({current}): "
                         "upgrade perftune to read it")
     for target in range(version + 1, current + 1):
         data = steps[target](data)

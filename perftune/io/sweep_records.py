@@ -253,3 +253,6 @@ class SweepResult(Record):
     #: the final stack and the baseline trained for a longer window after stacking (issue 37)
     stack_check: Optional[StackCheck] = None
     nodes: Optional[NodeSummary] = None  # a sweep on a cluster (schema 3): which node ran what, the node effect
+    #: what the sweep found wrong with its own folder (io/seals.py, io/watch.py): a trial file set aside and measured
+    #: again, a file or folder that vanished while it ran
+    integrity: list[str] = Field(default_factory=list)

@@ -77,7 +77,8 @@ def _trials_with_steps(folder: SweepFolder, summary: ExportSummary) -> list[tupl
     for t in folder.trials:
         full = folder.full(t.trial_id)
         if full is None:
-            summary.skipped.append(f"{t.label} ({t.trial_id}): no readable trials/{t.trial_id}/trial.json")
+            why = folder.doubts.get(t.trial_id, f"no readable trials/{t.trial_id}/trial.json")
+            summary.skipped.append(f"{t.label} ({t.trial_id}): {why}")
         elif not full.steps:
             summary.skipped.append(f"{t.label} ({t.trial_id}): no steps recorded (status {full.status})")
         else:

@@ -33,7 +33,8 @@ def loss_differences(folder: SweepFolder) -> list[dict]:
             continue
         points = figures_extra.loss_difference(base_curve, folder.loss_curve(t.trial_id))
         if points:
-            out.append({"label": t.label + (" (rejected)" if t.verdict == "accuracy rejected" else ""),
+            rejected = " (rejected)" if t.verdict == "accuracy rejected" else ""
+            out.append({"label": process_label(t, folder.trials) + rejected,
                         "points": points, "rejected": t.verdict == "accuracy rejected",
                         "max_abs": max(abs(y) for _, y in points)})
     return out

@@ -252,6 +252,18 @@ def loss_plot(curves: Sequence[dict], metric: str, tolerance: Optional[float], b
         return None
     fig = Figure(figsize=(WIDTH_IN, 3.6))
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [2.2, 1]})
+    _loss_curves(left, curves)
+    seed_limit = _seed_band(left, right, band)
+    left.legend(fontsize="x-small", frameon=False, loc="lower left")
+    if any(_ok(c.get("value")) for c in curves):
+        _gate_panel(right, curves, metric, tolerance, band, seed_limit)
+    else:
+        right.set_axis_off()
+    return fig
+
+
+def _loss_curves(left, curves: Sequence[dict]) -> None:
+    """The left panel: each configuration's loss per step (faint) and its 5-step mean."""
     for i, c in enumerate(curves):
         color = "#c0392b" if c.get("rejected") else CURVE_COLORS[i % len(CURVE_COLORS)]
         if c.get("points"):
@@ -267,44 +279,43 @@ def loss_plot(curves: Sequence[dict], metric: str, tolerance: Optional[float], b
             "(e.g. BatchNorm moving statistics, Dropout or evaluation-mode layers), not the training steps")
         left.text(0.98, 0.97, text, transform=left.transAxes, ha="right", va="top", fontsize="x-small",
                   color="#555555")
-    seed_limit = _seed_band(left, right, band)
     left.set_xlabel("samples seen")
     left.set_ylabel("training loss")
     left.set_title("Training loss (faint: per step; line: 5-step mean)", fontsize="medium")
-    left.legend(fontsize="x-small", frameon=False, loc="lower left")
     left.grid(alpha=0.3)
+
+
+def _gate_panel(right, curves: Sequence[dict], metric: str, tolerance: Optional[float], band: Optional[dict],
+                seed_limit: Optional[float]) -> None:
+    """The right panel: each configuration's gated metric against the gate's limit (seed noise, or tolerance)."""
     valued = [c for c in curves if _ok(c.get("value"))]
-    if valued:
-        values = [c["value"] for c in valued]
-        base = curves[0].get("value") if _ok(curves[0].get("value")) else None
-        limit = base * (1 + tolerance) if base is not None and tolerance is not None else None
-        limit = seed_limit if seed_limit is not None else limit
-        drawn = values + ([limit] if limit else []) + ([base] if base is not None else []) + list(
-            (band or {}).get("values", []))
-        lo, hi = min(drawn), max(drawn)  # the axis holds every plotted point, the gate's limit and the baseline
-        pad = (hi - lo) * 0.15 or abs(hi) * 0.05 or 1.0
-        if limit is not None:
-            right.axvspan(limit, hi + pad, color="#c0392b", alpha=0.12)
-            right.axvline(limit, color="#c0392b", linewidth=0.8)
-            what = "seed noise" if seed_limit is not None else f"baseline +{tolerance:.0%}"
-            right.text(limit, len(valued) - 0.55, f" rejected above {what}", fontsize="x-small", color="#c0392b",
-                       rotation=90, va="bottom", ha="left")  # along the limit, clear of the title
-        if base is not None:
-            right.axvline(base, color="#777777", linewidth=0.8, linestyle="--")
-        for i, c in enumerate(valued):
-            color = "#c0392b" if c.get("rejected") else CURVE_COLORS[curves.index(c) % len(CURVE_COLORS)]
-            right.plot([c["value"]], [i], "o", color=color)
-        right.set_yticks(range(len(valued)), [c["label"] for c in valued], fontsize="x-small")
-        right.yaxis.tick_right()
-        right.set_ylim(len(valued) - 0.5, -0.9)
-        right.set_xlim(lo - pad, hi + pad)  # last: nothing drawn after it can move it
-        samples = valued[0].get("samples_seen")
-        right.set_xlabel(f"{metric}" + (f" after {samples} samples" if samples else ""))
-        right.set_title("Accuracy gate", fontsize="medium")
-        right.grid(axis="x", alpha=0.3)
-    else:
-        right.set_axis_off()
-    return fig
+    values = [c["value"] for c in valued]
+    base = curves[0].get("value") if _ok(curves[0].get("value")) else None
+    limit = base * (1 + tolerance) if base is not None and tolerance is not None else None
+    limit = seed_limit if seed_limit is not None else limit
+    drawn = values + ([limit] if limit else []) + ([base] if base is not None else []) + list(
+        (band or {}).get("values", []))
+    lo, hi = min(drawn), max(drawn)  # the axis holds every plotted point, the gate's limit and the baseline
+    pad = (hi - lo) * 0.15 or abs(hi) * 0.05 or 1.0
+    if limit is not None:
+        right.axvspan(limit, hi + pad, color="#c0392b", alpha=0.12)
+        right.axvline(limit, color="#c0392b", linewidth=0.8)
+        what = "seed noise" if seed_limit is not None else f"baseline +{tolerance:.0%}"
+        right.text(limit, len(valued) - 0.55, f" rejected above {what}", fontsize="x-small", color="#c0392b",
+                   rotation=90, va="bottom", ha="left")  # along the limit, clear of the title
+    if base is not None:
+        right.axvline(base, color="#777777", linewidth=0.8, linestyle="--")
+    for i, c in enumerate(valued):
+        color = "#c0392b" if c.get("rejected") else CURVE_COLORS[curves.index(c) % len(CURVE_COLORS)]
+        right.plot([c["value"]], [i], "o", color=color)
+    right.set_yticks(range(len(valued)), [c["label"] for c in valued], fontsize="x-small")
+    right.yaxis.tick_right()
+    right.set_ylim(len(valued) - 0.5, -0.9)
+    right.set_xlim(lo - pad, hi + pad)  # last: nothing drawn after it can move it
+    samples = valued[0].get("samples_seen")
+    right.set_xlabel(f"{metric}" + (f" after {samples} samples" if samples else ""))
+    right.set_title("Accuracy gate", fontsize="medium")
+    right.grid(axis="x", alpha=0.3)
 
 
 @plain_text

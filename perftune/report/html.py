@@ -16,25 +16,32 @@ import jinja2
 import pandas as pd
 import yaml
 
-from perftune.version import __version__ as perftune_version
-from perftune.knobs import label_of
-from perftune.io.records import PHASES
 from perftune.engine.seed_band import figure_band
 from perftune.engine.seed_runs import band
+from perftune.io.records import PHASES
 from perftune.io.sweep_records import FAILED_VERDICTS, SweepResult, SweepTrial
+from perftune.knobs import label_of
 from perftune.report import figures
 from perftune.report.accuracy_notes import gate_cannot_judge
-from perftune.report.window_words import stack_check_context
-from perftune.words import samples as language
 from perftune.report.extra import extra_context
-from perftune.words.format import count_word, num, rate, speed_text, step_text, verdict_counts
 from perftune.report.load import SweepFolder
 from perftune.report.notes import bottleneck_note, tried_changes
 from perftune.report.ops import top_op_rows
+from perftune.report.summary import comparison_lines, node_lines, noise_line, paired_lines
+from perftune.report.tables import (
+    ablation_table,
+    loo_table,
+    marked_label,
+    optional_columns,
+    process_label,
+    singles_table,
+)
+from perftune.report.window_words import stack_check_context
+from perftune.version import __version__ as perftune_version
+from perftune.words import samples as language
+from perftune.words.format import count_word, num, rate, speed_text, step_text, verdict_counts
 from perftune.words.rules import order_rule_text
 from perftune.words.split_notes import split_notes
-from perftune.report.summary import comparison_lines, node_lines, noise_line, paired_lines
-from perftune.report.tables import ablation_table, loo_table, optional_columns, process_label, singles_table
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 LOG_TAIL_LINES = 40
@@ -97,7 +104,8 @@ def table(df: pd.DataFrame, metric: str) -> dict:
     for _, r in df.iterrows():
         verdict = str(r.get("verdict") or "")
         rows.append({
-            "configuration": str(r["configuration"]), "verdict": verdict, "class": verdict_class(verdict),
+            "configuration": str(r["configuration"]) + contended_text(r.get("contended")),
+            "verdict": verdict, "class": verdict_class(verdict),
             "samples_per_s": rate(r.get("samples_per_s")),
             "speedup": "reference" if verdict == "baseline" else
             speedup_text(r.get("speedup"), r.get("speedup_ci_low"), r.get("speedup_ci_high")),
@@ -110,6 +118,11 @@ def table(df: pd.DataFrame, metric: str) -> dict:
         })
     keep = [(h, k) for h, k in columns if k in ("configuration", "verdict", "reason") or any(row[k] for row in rows)]
     return {"columns": keep, "rows": rows}
+
+
+def contended_text(value: Any) -> str:
+    """`` [contended: 1 of 3 windows]`` beside a process's label (``tables``' ``contended`` column), or ``""``."""
+    return f" [{value}]" if isinstance(value, str) and value else ""
 
 
 def _per_trial_frame(folder: SweepFolder, singles: pd.DataFrame, ablation: pd.DataFrame,
@@ -203,12 +216,13 @@ def _trial_rows(folder: SweepFolder, frame: pd.DataFrame) -> list[dict]:
         windows = [w.samples_per_s for w in r.windows]
         href = folder.trace_href(t)
         splits = r.profile.splits if r.profile else None
-        note = bottleneck_note(r, tried)
+        note = bottleneck_note(r, tried, repeat=t.replicate > 0)
         rows.append({
-            "trial_id": t.trial_id, "label": process_label(t, folder.trials), "kind": t.kind, "verdict": t.verdict,
+            "trial_id": t.trial_id, "label": marked_label(t, folder.trials), "kind": t.kind, "verdict": t.verdict,
             "class": verdict_class(t.verdict), "status": r.status,
             "samples_per_s": f.get("samples_per_s"), "step_ms": r.step_ms_mean, "step_ms_median": r.step_ms_median,
-            "data_wait_ms": r.data_wait_ms_median, "compile_s": r.compile_ms / 1e3 if r.compile_ms is not None else None,
+            "data_wait_ms": r.data_wait_ms_median,
+            "compile_s": r.compile_ms / 1e3 if r.compile_ms is not None else None,
             "window_min": min(windows) if windows else None, "window_max": max(windows) if windows else None,
             "speedup_text": speedup_text(f.get("speedup"), f.get("speedup_ci_low"), f.get("speedup_ci_high"))
             if t.kind != "baseline" else ("reference" if t.replicate == 0 and t.verdict == "baseline" else ""),

@@ -17,6 +17,7 @@ from perftune.errors import UserError
 from perftune.io.files import RESULTS_NAME, SPEC_NAME, TRIAL_NAME, TRIALS_DIR, read_spec, read_sweep, read_trial
 from perftune.io.plan import Plan
 from perftune.io.records import TrialResult, TrialSpec
+from perftune.io.seals import read_seals, seal_mismatch, trial_file_doubt
 from perftune.io.sweep_records import SweepResult, SweepTrial
 from perftune.knobs import KNOBS, label_of
 
@@ -30,6 +31,10 @@ class SweepFolder:
     _full: dict[str, Optional[TrialResult]] = field(default_factory=dict)
     #: trial id -> its folder relative to ``out_dir`` (default ``trials/<id>``; a lone trial folder is its own)
     trial_dirs: dict[str, str] = field(default_factory=dict)
+    #: trial id -> the digest its trial.json had when the sweep accepted it (``io/seals.py``)
+    seals: dict[str, str] = field(default_factory=dict)
+    #: trial id -> why its trial.json is not believed (unreadable, or changed since its seal)
+    doubts: dict[str, str] = field(default_factory=dict)
 
     def trial_dir(self, trial_id: str) -> str:
         return self.trial_dirs.get(trial_id, f"{TRIALS_DIR}/{trial_id}")
@@ -39,12 +44,18 @@ class SweepFolder:
         return {t.trial_id: t for t in self.trials}
 
     def full(self, trial_id: str) -> Optional[TrialResult]:
-        """``trials/<id>/trial.json`` (with per-step rows), or None when it is missing or unreadable."""
+        """``trials/<id>/trial.json`` (with per-step rows), or None when it is missing, unreadable or changed since
+        the sweep sealed it (``doubts`` says why)."""
         if trial_id not in self._full:
+            path = self.out_dir / self.trial_dir(trial_id) / TRIAL_NAME
             try:
-                self._full[trial_id] = read_trial(self.out_dir / self.trial_dir(trial_id) / TRIAL_NAME)
-            except UserError:
+                self._full[trial_id] = read_trial(path)
+                why = seal_mismatch(path, self.seals.get(trial_id))
+            except UserError as exc:
+                self._full[trial_id], why = None, str(exc)
+            if why is not None:
                 self._full[trial_id] = None
+                self.doubts[trial_id] = why
         return self._full[trial_id]
 
     def loss_curve(self, trial_id: str) -> list[tuple[int, float]]:
@@ -76,13 +87,15 @@ def load_folder(out_dir: Path) -> SweepFolder:
     seen: dict[str, SweepTrial] = {}
     for t in result.trials:
         seen.setdefault(t.trial_id, t)
-    return SweepFolder(out_dir=out_dir, result=result, trials=list(seen.values()))
+    return SweepFolder(out_dir=out_dir, result=result, trials=list(seen.values()), seals=read_seals(out_dir))
 
 
 def lone_trial(out_dir: Path) -> SweepFolder:
     """A folder holding one ``trial.json`` and no sweep (a hand-added ``perftune.Callback(out=DIR)``, or one trial
     folder of a sweep, a ``perftune run`` folder): reported as a sweep of that one measurement, with no reference."""
     trial = read_trial(out_dir / TRIAL_NAME)
+    if (why := trial_file_doubt(out_dir / TRIAL_NAME)) is not None:  # the report would rest on it alone
+        raise UserError(why)
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(trial.workload).replace("script:", "")).strip("-.")[:80] or "job"
     name = name if name[0].isalnum() else f"job-{name}"[:80]
     device = trial.device if trial.device in ("CPU", "GPU", "Ascend") else "CPU"

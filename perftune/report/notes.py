@@ -65,9 +65,10 @@ def _compute_advice(knobs: dict, tried: Optional[Tried]) -> str:
     return _advice(tries, tried)
 
 
-def bottleneck_note(result: TrialResult, tried: Optional[Tried] = None) -> Bottleneck:
+def bottleneck_note(result: TrialResult, tried: Optional[Tried] = None, repeat: bool = False) -> Bottleneck:
     """The dominant phase of ``result``'s step and what to try for it; ``tried`` (:func:`tried_changes`) turns a
-    suggestion the sweep measured into what happened to it."""
+    suggestion the sweep measured into what happened to it; ``repeat``: a repeat process, which skips the profiler
+    by design (its configuration's first process has the profile)."""
     if result.status != "ok":
         return Bottleneck("unknown", f"no measurement ({result.status})", "none")
     knobs = result.knobs or {}
@@ -78,8 +79,11 @@ def bottleneck_note(result: TrialResult, tried: Optional[Tried] = None) -> Bottl
             if share >= DATA_BOUND_SHARE:
                 return Bottleneck("data", f"waiting for data is {share:.0%} of the step (burst timing, no profile): "
                                   + _advice(DATA_TRIES, tried), "burst timing")
-            return Bottleneck("unknown", f"waiting for data is only {share:.0%} of the step (burst timing); profile it "
-                                   "(burst.profile_steps > 0) to split the rest", "burst timing")
+            rest = ("a repeat process skips the profiler: the split of the rest is in its configuration's first "
+                    "process" if repeat and result.burst.profile_steps > 0 else
+                    "profile it (burst.profile_steps > 0) to split the rest")
+            return Bottleneck("unknown", f"waiting for data is only {share:.0%} of the step (burst timing); {rest}",
+                              "burst timing")
         return Bottleneck("unknown", "no profile and no step timing", "none")
     shares = splits.shares
     compute = shares["forward"] + shares["backward"]

@@ -174,6 +174,7 @@ def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) 
     lines += stack_check_lines(result) + [f"accuracy window cannot see: {x}" for x in [limits_line(result)] if x]
     lines += node_lines(result)
     lines += disagreeing_phases(result)
+    lines += [f"warning: {line}" for line in result.integrity]  # files set aside, folders that vanished
     lines.append(f"tables: {out_dir / 'ablation.md'}, {out_dir / 'ablation.csv'}; results: {out_dir / RESULTS_NAME}")
     if report_path:
         lines.append(f"report: {report_path}")

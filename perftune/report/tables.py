@@ -11,14 +11,15 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from perftune.words import lm
 from perftune.io.records import PHASES
 from perftune.io.store import write_text_atomic
 from perftune.io.sweep_records import SweepResult, SweepTrial
+from perftune.report.process_rows import contention_mark, paired_row, used_process
+from perftune.report.summary import comparison_lines, noise_line, paired_lines
+from perftune.words import lm
 from perftune.words.format import num, rate, speed_text, step_text, validation_figures
 from perftune.words.reasons import reason_text, stack_reason
 from perftune.words.rules import order_rule_text
-from perftune.report.summary import comparison_lines, noise_line, paired_lines
 
 
 def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
@@ -80,12 +81,17 @@ def ablation_table(result: SweepResult) -> pd.DataFrame:
     trials = _by_id(result)
     rows = []
     for step in result.stack:
-        row = _trial_row(trials.get(step.trial_id), metric, step.label)
+        shown = used_process(trials.get(step.trial_id), result.trials)  # never a process the sweep did not use
+        row = _trial_row(shown, metric, step.label)
+        replaced = shown is not None and shown.trial_id != step.trial_id
+        if replaced:
+            row["reason"] = (f"its run {shown.replicate + 1}: run {trials[step.trial_id].replicate + 1} was not used "
+                             f"({trials[step.trial_id].excluded})")
         row["kept"] = step.kept
         if step.label != "baseline":
             row["verdict"] = "kept" if step.kept else "dropped"
             t = trials.get(step.trial_id)
-            row["reason"] = stack_reason(step.kept, t, step.reason)
+            row["reason"] = stack_reason(step.kept, t, step.reason) + (f"; {row['reason']}" if replaced else "")
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -99,10 +105,37 @@ def process_label(trial: SweepTrial, trials: Sequence[SweepTrial]) -> str:
     return trial.label
 
 
+def marked_label(trial: SweepTrial, trials: Sequence[SweepTrial]) -> str:
+    """``process_label`` with the process's contention marked (``process_rows.contention_mark``)."""
+    return process_label(trial, trials) + contention_mark(trial)
+
+
 def singles_table(result: SweepResult) -> pd.DataFrame:
+    """Every process of every one-at-a-time comparison: the baseline's, then each change's first process followed
+    by its repeat processes and its paired processes, each on its own line."""
     metric = result.plan.accuracy.metric
-    rows = [_trial_row(t, metric, process_label(t, result.trials))
-            for t in result.trials if t.kind in ("baseline", "single")]
+    confidence = result.plan.decision.confidence
+
+    def row(t: SweepTrial) -> dict:
+        out = _trial_row(t, metric, process_label(t, result.trials))
+        out["contended"] = contention_mark(t).strip(" []") or None  # shown beside the label (html, Markdown)
+        if t.excluded and t.kind == "single":  # the comparison's verdict stays on its configuration's first line
+            out["reason"] = f"{out.get('reason') or ''}; this process: {t.excluded}".lstrip("; ")
+        elif t.excluded:
+            out.update(verdict="not used", reason=t.excluded, speedup=None)
+        return out
+
+    rows = [row(t) for t in result.trials if t.kind == "baseline"]
+    for single in (t for t in result.trials if t.kind == "single"):
+        rows.append(row(single))
+        used = single.vs_baseline.processes if single.vs_baseline else None
+        for t in (t for t in result.trials if t.kind == "repeat" and t.label == single.label):
+            rows.append(row(t))
+            if used is not None and t.replicate >= used and not t.excluded and not rows[-1].get("reason"):
+                rows[-1]["reason"] = (f"not in the verdict above (it used {used} process{'es' if used > 1 else ''}"
+                                      "): measured for a later comparison")
+        rows += [paired_row(p, confidence) for p in result.paired
+                 if p.candidate == single.label and p.reference == "baseline"]
     return pd.DataFrame(rows)
 
 
@@ -155,14 +188,16 @@ def to_markdown(df: pd.DataFrame, metric: str) -> str:
         splits = " / ".join(num(row.get(f"{p}_ms"), ".2f") or "-" for p in PHASES) \
             if row.get("data_ms") is not None and not pd.isna(row.get("data_ms")) else ""
         change = row.get(f"{metric}_change")
+        contended = row.get("contended")
+        contended = f"[{contended}] " if isinstance(contended, str) and contended else ""
         cells = [
             md_text(row["configuration"]), md_text(row.get("verdict", "")), rate(row.get("samples_per_s")),
             _fmt_speedup(row), step_text(row.get("step_ms"), row.get("step_ms_median")), splits,
             num(row.get("compile_s"), ".1f"), num(row.get("peak_mem_mb"), ".1f"),
             num(row.get(metric), ".4f"), num(change, "+.1%"),
-            md_text(row.get("reason", "") or ""),
+            md_text(contended + (row.get("reason") if isinstance(row.get("reason"), str) else "")),
         ]
-        cells = _with_optional(cells, base_head, extras, lambda c: num(row.get(c[1]), c[2]))
+        cells = _with_optional(cells, base_head, extras, lambda c, row=row: num(row.get(c[1]), c[2]))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -15,7 +15,6 @@ from perftune.io.outdir import clear_trial_outputs
 from perftune.io.records import TrialResult, TrialSpec
 from perftune.io.store import write_json_atomic
 
-
 #: what an unfinished attempt leaves in a trial folder: a redone trial must not find (and mix in) any of it; the
 #: profiler refuses a folder holding a second run ("two profiler folders for rank 0")
 PARTIAL = TRIAL_OUTPUTS

@@ -107,7 +107,7 @@ class TrialCgroup:
         self.path = path
 
     @classmethod
-    def open(cls, name: str) -> tuple[Optional["TrialCgroup"], str]:
+    def open(cls, name: str) -> tuple[Optional[TrialCgroup], str]:
         """Make the trial's cgroup below this process's; (None, why) where that is not possible."""
         if os.environ.get(NO_CGROUP_ENV):
             return None, f"{NO_CGROUP_ENV} is set"

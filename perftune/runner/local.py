@@ -14,12 +14,20 @@ from pathlib import Path
 from typing import Optional
 
 from perftune.errors import UserError
+from perftune.io.derived import failed_result
 from perftune.io.files import LOG_NAME, TRIAL_NAME, read_trial_if_present
 from perftune.io.records import TrialResult, TrialSpec
-from perftune.io.derived import failed_result
 from perftune.io.store import write_json_atomic
-from perftune.runner.process import (BURST_MODULE, burst_env, child_setup, classify_exit, kill_group,
-                                     killed_from_outside, log_tail)
+from perftune.runner.logcap import CappedLog
+from perftune.runner.process import (
+    BURST_MODULE,
+    burst_env,
+    child_setup,
+    classify_exit,
+    kill_group,
+    killed_from_outside,
+    log_tail,
+)
 from perftune.runner.reaper import TrialProcesses, oom_kills
 
 
@@ -30,13 +38,14 @@ def run_local(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> TrialResult
     started = time.perf_counter()
     trial_procs = TrialProcesses()  # the sweep becomes the subreaper of the burst's orphans
     ooms_before = oom_kills()
-    with open(log_path, "wb") as log:
+    with CappedLog(log_path) as log:  # burst.log keeps its last MiBs (logcap.py)
         proc = subprocess.Popen(
             [sys.executable, "-m", BURST_MODULE, str(trial_dir.resolve())],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            stdout=log.fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=trial_procs.env(burst_env()), start_new_session=True, preexec_fn=child_setup(trial_procs),
             cwd=str(trial_dir.resolve()),
         )
+        log.launched()
         trial_procs.started(proc.pid)
         status: Optional[str] = None
         reason: Optional[str] = None
@@ -67,7 +76,8 @@ def run_local(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> TrialResult
         status, reason = classify_exit(proc.returncode, log_path, ooms)
         retry = killed_from_outside(proc.returncode, status)
         if unreadable:
-            status, reason, retry = "failed", f"the burst wrote a trial.json this perftune cannot read: {unreadable}", False
+            reason = f"the burst wrote a trial.json this perftune cannot read: {unreadable}"
+            status, retry = "failed", False
     if result is None or status == "timeout":
         result = failed_result(spec, status or "failed", reason, retry_on_resume=retry)
     if result.status != "ok" and not result.log_tail:

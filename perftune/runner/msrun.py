@@ -19,8 +19,8 @@ written its result, when one writes a failure, when one dies without a result, o
 msrun's process tree, every rank's process group and any process left whose command line names the trial folder.
 (msrun alone would wait for its scheduler, which notices a dead rank only after its heartbeat time-out.)
 
-Aggregation (the trial's ``trial.json``, ``ranks.py``): throughput is *global batch x steps / the slowest rank's window time*
-per timed window (data parallel steps are synchronous, so the slowest rank sets the pace); step times are the
+Aggregation (the trial's ``trial.json``, ``ranks.py``): throughput is *global batch x steps / the slowest rank's window
+time* per timed window (data parallel steps are synchronous, so the slowest rank sets the pace); step times are the
 slowest rank's (``straggler_rank``); ``rank_spread`` = (slowest - fastest) / fastest median step; per-rank splits
 and top ops are in ``ranks``; ``profile.splits`` is the mean of the ranks' splits (it still adds up);
 ``profile.communication_share`` is the mean over ranks of communication / step, flagged above 20 %.
@@ -45,6 +45,7 @@ from typing import Optional
 import psutil
 
 from perftune.errors import UserError
+from perftune.io.derived import failed_result
 from perftune.io.files import (
     LOG_NAME,
     MSRUN_LOG_DIR,
@@ -55,7 +56,6 @@ from perftune.io.files import (
     read_trial_if_present,
 )
 from perftune.io.records import TrialResult, TrialSpec
-from perftune.io.derived import failed_result
 from perftune.io.store import write_json_atomic
 from perftune.runner.process import (
     BURST_MODULE,

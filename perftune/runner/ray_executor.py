@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from perftune.errors import UserError
+from perftune.io.derived import failed_result
 from perftune.io.files import SPEC_NAME, TRIAL_NAME, read_trial_if_present
 from perftune.io.records import NodeRecord, TrialResult, TrialSpec
-from perftune.io.derived import failed_result
 from perftune.io.store import write_json_atomic
 
 RESOURCE = "perftune"  # the custom resource: one per node, one trial per node at a time

@@ -25,6 +25,7 @@ from typing import Iterator, Optional
 import psutil
 
 from perftune.runner.cgroup import TrialCgroup, containment_text, driver_tag, kill_stale_cgroups, own_cgroup
+from perftune.runner.watchdog import ensure_watchdog, track, untrack
 
 PR_SET_CHILD_SUBREAPER = 36
 #: set in the environment of every process of a trial (inherited by its descendants): whose orphan is it
@@ -64,7 +65,9 @@ class TrialProcesses:
 
     def __init__(self) -> None:
         become_subreaper()
+        ensure_watchdog(driver_tag())  # kills what is left if the driver dies (SIGKILL included): watchdog.py
         self.token = f"{driver_tag()}-{uuid.uuid4().hex[:8]}"
+        self.pid: Optional[int] = None
         self.before = {p.pid for p in _children()}
         self.seen: set[psutil.Process] = set()
         self.cgroup, self.why_not = TrialCgroup.open(self.token)
@@ -76,6 +79,8 @@ class TrialProcesses:
 
     def started(self, pid: int) -> None:
         """After the launch: where the child could not join the cgroup, say so and rely on the fallback."""
+        self.pid = pid
+        track(pid)
         if self.cgroup is not None and not self.cgroup.holds(pid):
             self.cgroup.kill()
             self.cgroup, self.why_not = None, "the launched process could not join its cgroup"
@@ -115,6 +120,8 @@ class TrialProcesses:
                 if not again:
                     break
                 killed.update(again)
+            if self.pid is not None:
+                untrack(self.pid)
             return sorted(killed)
 
     def _victims(self, victims: set[psutil.Process]) -> set[psutil.Process]:

@@ -125,3 +125,16 @@ def decision_line(t: SweepTrial) -> Optional[str]:
     used = (f"{c.processes} paired processes with {c.reference}" if c.design == "paired" else
             f"{c.processes} + {c.reference_processes} processes vs {c.reference}")
     return f"{t.label}: {t.verdict} ({used}{contention_text(c)}): {reason_text(t)}"
+
+
+def process_flags(trial: SweepTrial) -> str:
+    """What a process's progress line adds after its figures: left out, reused, its node, phases that disagree
+    (such a process is used all the same, never silently)."""
+    r = trial.result
+    flags = ((f" ({trial.excluded})" if trial.excluded else "") + (" (reused)" if trial.reused else "")
+             + (f" [on {r.node.host}]" if r.node is not None else ""))
+    agreement = r.phase_agreement
+    if agreement is not None and not agreement.agree:
+        flags += (f" (phases disagree: the {agreement.worst_phase} steps x{agreement.ratio:.2f} the timed ones; "
+                  "its figures are suspect)")
+    return flags

@@ -1,0 +1,149 @@
+"""Trial files sealed: a trial.json that changed after the sweep accepted it, or that cannot be read, is never believed.
+
+A training script runs with the user's rights beside its results: one rewrote earlier trials' ``trial.json`` with
+``samples_per_s: 1e9`` (valid JSON, every other field intact), and a resume reused them (issue 40).  So the driver
+records each trial file's SHA-256 when it accepts it, in the sweep folder's ``.perftune-seals.json`` (rewritten
+whole at every seal, so a deleted seal file comes back with the next trial), and a resume, ``report``, ``compare``
+and ``export`` check it.  A file that changed, or cannot be read (bad JSON, NaN, truncated, a throughput its windows
+do not give: ``files.read_trial``), is moved aside inside its trial folder (``trial.set-aside-<n>.json``: kept, never
+deleted, issue 35), named in the sweep's ``integrity`` notes, and the trial measured again.  A file with no seal
+(a sweep from before seals, or a driver killed between the burst's write and the seal) is believed as before; a
+file from a newer perftune is refused, not set aside.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+from typing import Optional
+
+from perftune.errors import UserError
+from perftune.io.files import SEALS_NAME, TRIAL_NAME, TRIALS_DIR, read_json, read_trial_if_present
+from perftune.io.records import TrialResult
+from perftune.io.schema import NewerFileError
+from perftune.io.store import write_json_atomic
+
+SET_ASIDE = "trial.set-aside-{n}.json"
+
+
+def file_digest(path: Path) -> Optional[str]:
+    """SHA-256 of a file's bytes, or None where it cannot be read."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def read_seals(out: Path) -> dict[str, str]:
+    """trial id -> the SHA-256 its trial.json had when the sweep accepted it (empty: no seals, or unreadable)."""
+    try:
+        data = read_json(Path(out) / SEALS_NAME, "perftune's trial seals")
+    except UserError:
+        return {}
+    trials = data.get("trials") if isinstance(data, dict) else None
+    return {k: v for k, v in trials.items() if isinstance(v, str)} if isinstance(trials, dict) else {}
+
+
+def stat_key(path: Path) -> Optional[tuple[int, int, int]]:
+    """(inode, size, mtime in ns) of a file, or None where it is gone: changed when any of them changed."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def seal_mismatch(trial_file: Path, sealed: Optional[str]) -> Optional[str]:
+    """Why ``trial_file`` is not the file the sweep accepted (its digest differs from ``sealed``), or None."""
+    if sealed is None:
+        return None
+    now = file_digest(trial_file)
+    if now is None or now == sealed:
+        return None
+    return (f"{trial_file}: changed after the sweep accepted it (SHA-256 {now[:12]}..., sealed {sealed[:12]}...): "
+            "edited or damaged")
+
+
+def set_aside(trial_dir: Path) -> Path:
+    """Move the trial folder's trial.json to the first free ``trial.set-aside-<n>.json`` beside it; its new path."""
+    n = 1
+    while (Path(trial_dir) / SET_ASIDE.format(n=n)).exists():
+        n += 1
+    target = Path(trial_dir) / SET_ASIDE.format(n=n)
+    (Path(trial_dir) / TRIAL_NAME).rename(target)
+    return target
+
+
+class TrialSeals:
+    """The seals of one sweep folder, as the driver holds them (lanes' threads share it)."""
+
+    def __init__(self, out: Path):
+        self.path = Path(out) / SEALS_NAME
+        self.seals = read_seals(out)
+        self.lock = threading.Lock()
+        #: trial id -> (inode, size, mtime) of the trial.json sealed by this run: a cheap look for the folder's watch
+        self.stats: dict[str, tuple[int, int, int]] = {}
+
+    def seal(self, trial_dir: Path, trial_id: str) -> None:
+        """Record the digest of the trial.json just accepted (nothing where there is none)."""
+        path = Path(trial_dir) / TRIAL_NAME
+        digest = file_digest(path)
+        if digest is None:
+            return
+        with self.lock:
+            self.seals[trial_id] = digest
+            self.stats[trial_id] = stat_key(path) or (0, 0, 0)
+            write_json_atomic(self.path, {"kind": "perftune-seals", "trials": dict(sorted(self.seals.items()))})
+
+    def reusable(self, trial_dir: Path, trial_id: str) -> tuple[Optional[TrialResult], Optional[str]]:
+        """(A finished trial.json of this very trial left by an earlier run, or None; the note where its file was
+        set aside).  Killed by a signal perftune did not send (``retry_on_resume``): None, measured again."""
+        path = Path(trial_dir) / TRIAL_NAME
+        try:
+            result = read_trial_if_present(path)
+            why = seal_mismatch(path, self.seals.get(trial_id)) if result is not None else None
+        except NewerFileError:
+            raise
+        except UserError as exc:
+            result, why = None, str(exc)
+        if why is not None:
+            aside = set_aside(trial_dir)
+            return None, f"{why}; kept as {aside.relative_to(Path(trial_dir).parent.parent)}, the trial measured again"
+        if result is None or result.trial_id != trial_id or result.retry_on_resume:
+            return None, None
+        return result, None
+
+
+def folder_doubts(out: Path) -> list[str]:
+    """Every trial file of the sweep folder ``out`` that cannot be believed: unreadable, or changed since its seal
+    (what ``report`` and ``compare`` say, as ``export`` does)."""
+    seals = read_seals(out)
+    trials = Path(out) / TRIALS_DIR
+    try:
+        folders = sorted(p for p in trials.iterdir() if p.is_dir()) if trials.is_dir() else []
+    except OSError:
+        return []
+    doubts = []
+    for folder in folders:
+        path = folder / TRIAL_NAME
+        try:
+            if read_trial_if_present(path) is None:
+                continue
+        except UserError as exc:
+            doubts.append(str(exc))
+            continue
+        if (why := seal_mismatch(path, seals.get(folder.name))) is not None:
+            doubts.append(why)
+    return doubts
+
+
+def trial_file_doubt(trial_file: Path) -> Optional[str]:
+    """For a lone trial.json inside a sweep folder (``<sweep>/trials/<id>/trial.json``): why it differs from its
+    seal, or None."""
+    trial_file = Path(trial_file)
+    sweep = trial_file.parent.parent.parent
+    if trial_file.parent.parent.name != TRIALS_DIR:
+        return None
+    return seal_mismatch(trial_file, read_seals(sweep).get(trial_file.parent.name))
