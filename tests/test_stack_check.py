@@ -209,11 +209,13 @@ def test_the_plan_refuses_a_negative_multiple_and_a_zero_budget():
 def test_a_real_stack_check_on_a_float16_floor(tmp_path):
     """The offset regression (experiments/offset_regression.py), graph mode: AMP O3 against 3 seeds of the
     baseline at 2048 samples; only the structure is asserted (statuses, lengths, ids), not which way it went."""
-    from perftune.io.files import reusable_trial
+    from perftune.io.seals import TrialSeals
     from perftune.runner import run_trial
 
+    seals = TrialSeals(tmp_path)
+
     def measure(spec):
-        done = reusable_trial(tmp_path / spec.trial_id, spec.trial_id)
+        done, _ = seals.reusable(tmp_path / spec.trial_id, spec.trial_id)
         return (done, True) if done is not None else (run_trial(spec, tmp_path / spec.trial_id), False)
 
     plan = parse_plan({"name": "t", "workload": "experiments.offset_regression:build",
