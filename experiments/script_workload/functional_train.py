@@ -42,12 +42,16 @@ def main():
     parser.add_argument("--samples", type=int, default=512)
     parser.add_argument("--mode", type=int, default=1, choices=[0, 1], help="0: GRAPH_MODE, 1: PYNATIVE_MODE")
     parser.add_argument("--validate-first", action="store_true", help="validate once before training")
+    parser.add_argument("--hidden", type=int, default=64, help="hidden width")
+    parser.add_argument("--layers", type=int, default=1, help="hidden layers after the first (--hidden 1024 --layers 4: "
+                                                              "a step long enough to see an @ms.jit step return early)")
     args = parser.parse_args()
     ms.set_context(mode=args.mode)
 
     train_data = pipeline(args.samples, 0, args.batch_size)
-    val_data = pipeline(128, 1, args.batch_size)
-    network = nn.SequentialCell(nn.Dense(16, 64), nn.ReLU(), nn.Dense(64, 64), nn.ReLU(), nn.Dense(64, 1))
+    val_data = pipeline(max(128, args.batch_size), 1, args.batch_size)  # at least one batch
+    hidden = [cell for _ in range(args.layers) for cell in (nn.Dense(args.hidden, args.hidden), nn.ReLU())]
+    network = nn.SequentialCell(nn.Dense(16, args.hidden), nn.ReLU(), *hidden, nn.Dense(args.hidden, 1))
     loss_fn = nn.BCEWithLogitsLoss()
     optimizer = nn.Adam(network.trainable_params(), learning_rate=1e-3)
 
