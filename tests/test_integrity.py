@@ -61,6 +61,7 @@ def test_every_accepted_trial_file_is_sealed(sealed):
                          ids=["throughput", "a-figure-only-the-seal-catches"])
 def test_a_trial_file_edited_after_the_sweep_is_kept_and_measured_again_on_resume(copy, fields):
     plan, out = copy
+    before = {p.name for p in (out / "trials").iterdir()}
     trial = sorted((out / "trials").iterdir())[0] / "trial.json"
     edited = edit(trial, **fields)
     report = cli("report", str(out))
@@ -78,7 +79,10 @@ def test_a_trial_file_edited_after_the_sweep_is_kept_and_measured_again_on_resum
     assert (trial.parent / "trial.set-aside-1.json").read_text() == edited  # kept as it was
     results = json.loads((out / "results.json").read_text())
     assert [t["reused"] for t in results["trials"] if t["trial_id"] == trial.parent.name] == [False]
-    assert all(t["reused"] for t in results["trials"] if t["trial_id"] != trial.parent.name)
+    # Under load the measured-again process may be contended and measured once more (a new trial, not reused): only
+    # the trials the first sweep left are checked.
+    assert all(t["reused"] for t in results["trials"] if t["trial_id"] in before - {trial.parent.name})
+    assert before <= {t["trial_id"] for t in results["trials"]}
     assert len(results["integrity"]) == 1 and trial.parent.name in results["integrity"][0]
     value = next(iter(fields.values()))
     shown = [t["result"][next(iter(fields))] for t in results["trials"]]

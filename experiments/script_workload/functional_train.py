@@ -44,7 +44,7 @@ def main():
     parser.add_argument("--validate-first", action="store_true", help="validate once before training")
     parser.add_argument("--hidden", type=int, default=64, help="hidden width")
     parser.add_argument("--layers", type=int, default=1,
-                        help="hidden layers after the first (--hidden 1024 --layers 4: a step long enough to see an "
+                        help="hidden layers after the first (--hidden 1024 --layers 8: a step long enough to see an "
                              "@ms.jit step return early)")
     args = parser.parse_args()
     ms.set_context(mode=args.mode)
