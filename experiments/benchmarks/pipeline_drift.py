@@ -25,28 +25,13 @@ BLOCK = 40
 def step_times(hidden: int, layers: int, batch: int, samples: int, from_memory: bool) -> list[float]:
     """Milliseconds of each step (call to the end of its read-back) over one epoch, the first 5 left out."""
     import mindspore as ms
-    from mindspore import nn
 
     sys.path.insert(0, str(SCRIPTS))
     import functional_train as script
 
     ms.set_context(mode=ms.GRAPH_MODE)
     data = script.pipeline(samples, 0, batch)
-    body = [cell for _ in range(layers) for cell in (nn.Dense(hidden, hidden), nn.ReLU())]
-    network = nn.SequentialCell(nn.Dense(16, hidden), nn.ReLU(), *body, nn.Dense(hidden, 1))
-    loss_fn = nn.BCEWithLogitsLoss()
-    optimizer = nn.Adam(network.trainable_params(), learning_rate=1e-3)
-
-    def forward(inputs, labels):
-        return loss_fn(network(inputs), labels)
-
-    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
-
-    @ms.jit
-    def train_step(inputs, labels):
-        loss, grads = grad_fn(inputs, labels)
-        optimizer(grads)
-        return loss
+    _, _, train_step = script.model_and_step(hidden, layers)
 
     batches = data.create_tuple_iterator()
     if from_memory:

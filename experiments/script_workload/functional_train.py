@@ -35,6 +35,27 @@ def pipeline(n, seed, batch_size):
     return data.map(operations=scale, input_columns="x").batch(batch_size, drop_remainder=True)
 
 
+def model_and_step(width, layers):
+    """The network, its loss function and the ``@ms.jit`` training step."""
+    hidden = [cell for _ in range(layers) for cell in (nn.Dense(width, width), nn.ReLU())]
+    network = nn.SequentialCell(nn.Dense(16, width), nn.ReLU(), *hidden, nn.Dense(width, 1))
+    loss_fn = nn.BCEWithLogitsLoss()
+    optimizer = nn.Adam(network.trainable_params(), learning_rate=1e-3)
+
+    def forward(inputs, labels):
+        return loss_fn(network(inputs), labels)
+
+    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
+
+    @ms.jit
+    def train_step(inputs, labels):
+        loss, grads = grad_fn(inputs, labels)
+        optimizer(grads)
+        return loss
+
+    return network, forward, train_step
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=3)
@@ -51,21 +72,7 @@ def main():
 
     train_data = pipeline(args.samples, 0, args.batch_size)
     val_data = pipeline(max(128, args.batch_size), 1, args.batch_size)  # at least one batch
-    hidden = [cell for _ in range(args.layers) for cell in (nn.Dense(args.hidden, args.hidden), nn.ReLU())]
-    network = nn.SequentialCell(nn.Dense(16, args.hidden), nn.ReLU(), *hidden, nn.Dense(args.hidden, 1))
-    loss_fn = nn.BCEWithLogitsLoss()
-    optimizer = nn.Adam(network.trainable_params(), learning_rate=1e-3)
-
-    def forward(inputs, labels):
-        return loss_fn(network(inputs), labels)
-
-    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
-
-    @ms.jit
-    def train_step(inputs, labels):
-        loss, grads = grad_fn(inputs, labels)
-        optimizer(grads)
-        return loss
+    network, forward, train_step = model_and_step(args.hidden, args.layers)
 
     def evaluate():
         network.set_train(False)
