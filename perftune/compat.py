@@ -11,6 +11,8 @@ calls most of them directly.  What did differ is here:
 * which cells ``Cell.recompute()`` marked (:func:`recompute_cells`): MindSpore 2.9 and 2.10 keep a
   ``_recompute_cell`` wrapper on each marked cell in both modes, 2.7 only in PyNative, so reading that attribute
   found nothing in graph mode on 2.7; ``_has_config_recompute`` is set by every supported release;
+* where MindSpore records the graphs it compiled (:func:`compiled_graphs`): ``mindspore.graph.api`` from 2.10,
+  ``mindspore.common.api`` before;
 * click's ``CliRunner`` (:func:`cli_runner`, for tests): 8.0-8.1 mix stderr into the output unless
   ``mix_stderr=False``; 8.2 removed that argument and always keeps stderr apart.
 
@@ -90,6 +92,22 @@ def recompute_cells(network) -> list[str]:
         return name != other and (other == "" or name.startswith(other + "."))
 
     return sorted(n for n in flagged if not any(below(n, other) for other in flagged))
+
+
+def compiled_graphs() -> Optional[int]:
+    """How many graphs this process has compiled so far: MindSpore's own record of them (the phases of ``ms.jit``
+    functions and of each Cell's graphs), which it consults before compiling; None where this release keeps no such
+    record.  A graph loaded from the compile cache counts too: the record is of graphs made ready, not of their
+    cost (``compile_ms`` is that)."""
+    for module in ("mindspore.graph.api", "mindspore.common.api"):
+        try:
+            api = importlib.import_module(module)
+        except ImportError:
+            continue
+        jits, cells = getattr(api, "ms_compile_cache", None), getattr(api, "cells_compile_cache", None)
+        if isinstance(jits, set) and isinstance(cells, dict):
+            return len(jits) + sum(len(phases) for phases in cells.values())
+    return None
 
 
 def cli_runner():

@@ -323,3 +323,36 @@ def test_loss_scaler_read_back():
                                                                      "loss_scale_value": 1024.0}
     assert scaler_read_back(make_scaler("dynamic"), scaled=True) == {"loss_scaler": "DynamicLossScaler",
                                                                       "loss_scale_value": 65536.0}
+
+
+@pytest.mark.parametrize("form,loss_scale", [("cell", "none"), ("function", "none"), ("cell", "dynamic"),
+                                             ("function", "static")])
+def test_the_gradient_norm_is_switched_at_run_time_in_one_graph(mode, form, loss_scale):
+    """Issue 38: the accuracy window (norm on) and the timed steps (norm off) run one compiled step.  With the norm
+    on it is the global norm of MindSpore's own gradient at those weights, off it is 0, and either way the step
+    trains as MindSpore's reference step does."""
+    from perftune.compat import compiled_graphs
+
+    ours, theirs = twin_models("mlp")
+    data = batches("mlp", 4)
+    step = build_train_step(form, NetWithLoss(ours, loss_fn()), optimizer(ours), loss_scale, 1, mode == "graph", "O0")
+    ref_step, ref_with_loss = reference_step(theirs, loss_scale, 1)
+    ref_grad = ms.grad(ref_with_loss, None, ref_with_loss.trainable_params())
+    compiled = []
+    for i, (x, y) in enumerate(data):
+        expected = np.sqrt(sum(float((g.asnumpy().astype(np.float64) ** 2).sum()) for g in ref_grad(x, y)))
+        step.norm = i % 2 == 0
+        before = compiled_graphs()
+        loss, norm = step(x, y)
+        got = float(norm.asnumpy())
+        compiled.append(compiled_graphs() - before)
+        ref_out = ref_step(x, y)
+        ref_loss = ref_out[0] if isinstance(ref_out, tuple) else ref_out
+        assert float(loss.asnumpy()) == pytest.approx(float(ref_loss.asnumpy()), rel=1e-4, abs=1e-5)
+        assert got == (pytest.approx(expected, rel=1e-4) if step.norm else 0.0)
+    got, ref = state(ours), state(theirs)
+    assert int(got.pop("forwards")) == len(data) and int(ref.pop("forwards")) == 2 * len(data)  # ref_grad's too
+    for key in ref:
+        np.testing.assert_allclose(got[key], ref[key], err_msg=key, **TOL)
+    # the first step compiles (in PyNative, MindSpore may build the cell's gradient graph), none after it
+    assert compiled[1:] == [0] * (len(data) - 1) and compiled[0] == (1 if mode == "graph" else compiled[0])

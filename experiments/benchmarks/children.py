@@ -24,8 +24,8 @@ def child_plain(args: dict) -> dict:
     """The same workload and knobs as a perftune burst, trained by the loop a user would write by hand.
 
     ``form``: ``trainonestep`` = ``nn.TrainOneStepCell(nn.WithLossCell(net, loss), opt)``; ``celltrainstep`` =
-    perftune's own ``CellTrainStep`` (loss scaler, finiteness check; without the gradient norm where the class
-    has ``with_norm``, as the burst's timed step) without the harness.
+    perftune's own ``CellTrainStep`` (loss scaler, finiteness check; the gradient norm switched off, as in the
+    burst's timed steps) without the harness.
     The loop syncs on the loss every step (``loss.asnumpy()``, as a loop that logs its loss does), runs one
     compiling step and ``warmup_steps`` more untimed (the caller passes as many as the burst runs before its
     windows), then times ``repeats`` windows of ``steps`` steps exactly as the burst's timed phase does.
@@ -60,19 +60,15 @@ def child_plain(args: dict) -> dict:
         if len(workload.input_columns) != 1:
             raise ValueError("nn.WithLossCell takes one input column")
         step = nn.TrainOneStepCell(nn.WithLossCell(net, workload.loss_fn), optimizer)
+        step.set_train()
+        if k["mode"] == "graph":
+            step.set_jit_config(ms.JitConfig(jit_level=k["jit_level"]))
     else:
-        import inspect
+        from perftune.burst.train_step import NetWithLoss, build_train_step
 
-        from perftune.burst.train_step import CellTrainStep, NetWithLoss, make_scaler
-
-        extra = {}
-        if "with_norm" in inspect.signature(CellTrainStep).parameters:
-            extra["with_norm"] = False  # the step the burst times leaves the gradient norm out
-        step = CellTrainStep(NetWithLoss(net, workload.loss_fn), optimizer, make_scaler(k["loss_scale"]),
-                             int(k["grad_accum_steps"]), **extra)
-    step.set_train()
-    if k["mode"] == "graph":
-        step.set_jit_config(ms.JitConfig(jit_level=k["jit_level"]))
+        # the step the burst times: perftune's CellTrainStep, its gradient norm switched off
+        step = build_train_step("cell", NetWithLoss(net, workload.loss_fn), optimizer, k["loss_scale"],
+                                int(k["grad_accum_steps"]), k["mode"] == "graph", k["jit_level"], with_norm=False)
     columns = workload.train_columns
     workers = int(k["num_parallel_workers"])
     dataset = ds.NumpySlicesDataset(tuple(columns.values()), column_names=list(columns), shuffle=False)

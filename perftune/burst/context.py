@@ -100,7 +100,8 @@ def read_back(k: dict, network, step_fn, dataset) -> dict[str, Any]:
     ops_in_pipeline = [type(n).__name__ for n in walk(dataset)]
     batch_op = next((n for n in walk(dataset) if type(n).__name__ == "BatchDataset"), None)
     map_op = next((n for n in walk(dataset) if type(n).__name__ == "MapDataset"), None)
-    jit = getattr(step_fn, "jit_config_dict", None) or {}
+    inner = getattr(step_fn, "inner", step_fn)  # train_step.TrainStep's compiled Cell or function
+    jit = getattr(inner, "jit_config_dict", None) or {}
     return {
         "mode": "graph" if ms.get_context("mode") == ms.GRAPH_MODE else "pynative",
         "jit_level": jit.get("jit_level") if jit else (k["jit_level"] if k["train_step"] == "function" else None),
@@ -108,7 +109,7 @@ def read_back(k: dict, network, step_fn, dataset) -> dict[str, Any]:
         "network_class": type(network).__name__,
         "amp_level": k["amp_level"],
         "recompute_cells": compat.recompute_cells(network),
-        "train_step": type(step_fn).__name__ if not callable(getattr(step_fn, "__wrapped__", None))
+        "train_step": type(inner).__name__ if not callable(getattr(inner, "__wrapped__", None))
         else "function",
         "grad_accum_micro_batch": int(k["batch_size"]) // int(k["grad_accum_steps"]),
         **amp_check.scaler_read_back(getattr(step_fn, "scaler", None), k["loss_scale"] != "none"),

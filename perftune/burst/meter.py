@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from perftune.burst.agreement import check_phases
+from perftune.compat import compiled_graphs
 from perftune.burst.arms import Arms
 from perftune.burst.completion import complete, read_norm
 from perftune.burst.profiled import ProfiledSteps
@@ -82,6 +83,9 @@ class Meter:
         self.accuracy_end: Optional[Callable[[Accuracy], None]] = None
         self.figures: Any = None  # a script's own validation figures (``script_figures.ScriptFigures``)
         self.done = False
+        self.graphs = compiled_graphs()  # counted at each phase's end (``count_compiles``), not per step
+        if self.graphs:
+            self.result.compiles["build"] = self.graphs
         self.started_wall = time.perf_counter()
         self.phase = "accuracy"
         self.advance()  # into the first phase of non-zero size
@@ -211,12 +215,23 @@ class Meter:
         elif self.phase == "done":
             self.finish()
 
+    def count_compiles(self, where: str) -> None:
+        """The graphs compiled since the last count go to ``result.compiles[where]``."""
+        now = compiled_graphs()
+        if now is None or self.graphs is None:
+            return
+        if now > self.graphs:
+            self.result.compiles[where] = self.result.compiles.get(where, 0) + now - self.graphs
+        self.graphs = now
+
     def leave(self) -> None:
+        self.count_compiles(RECORD_PHASE.get(self.phase, self.phase))
         if self.phase == "accuracy" and self.in_phase:
             acc = training_accuracy(self.in_phase, self.samples_seen, self.spec.lr_scale, with_norms=self.grad_norms)
             self.result.accuracy = acc
             if self.accuracy_end is not None:
                 self.accuracy_end(acc)
+                self.count_compiles("validation")
         elif self.phase in ("warmup", "drain"):
             if self.phase == "drain":
                 self.arms.drained_once(self.in_phase)

@@ -127,13 +127,10 @@ class Burst:
             from perftune.burst.train_step import make_grad_reducer
 
             reducer = make_grad_reducer(optimizer, bool(k["gradients_mean"]), self.world)
-        # two instances of the same step over the same weights and optimizer: the accuracy phase's computes the
-        # gradient norm (for the gate), the timed one leaves it out (it would cost ~20% of a small step on CPU)
-        self.accuracy_step_fn = build_train_step(k["train_step"], net_with_loss, optimizer, k["loss_scale"],
-                                                 int(k["grad_accum_steps"]), graph, k["jit_level"], reducer)
+        # one step, one graph, for every phase: the gradient norm (for the gate) is switched on in the accuracy
+        # window only (``TrainStep.norm``, a tensor input of the graph): it would cost ~20% of a small step on CPU
         self.step_fn = build_train_step(k["train_step"], net_with_loss, optimizer, k["loss_scale"],
-                                        int(k["grad_accum_steps"]), graph, k["jit_level"], reducer,
-                                        with_norm=False, scaler=self.accuracy_step_fn.scaler)
+                                        int(k["grad_accum_steps"]), graph, k["jit_level"], reducer)
         return reducer
 
     def build_pipelines(self) -> Any:
@@ -156,8 +153,8 @@ class Burst:
 
     # -- the steps: perftune's own loop drives the one phase machine (meter.Meter) ---------------------------------
     def train(self) -> None:
-        """Step until the Meter has every phase.  The accuracy window's steps use the step that also computes the
-        gradient norm (for the gate); the others leave it out.  The Meter completes each step (reads its loss back)
+        """Step until the Meter has every phase.  The accuracy window's steps also compute the gradient norm (for
+        the gate); the others leave it out, with the same compiled step.  The Meter completes each step (reads its loss back)
         before it times its end, so an asynchronous step is timed as it really runs."""
         meter = self.meter
         meter.start()
@@ -165,7 +162,8 @@ class Burst:
             fault_injection(self.kill_after, self.steps_done, self.rank)
             batch = next(self.iterators[meter.arm])
             meter.begin()
-            loss, grad_norm = (self.accuracy_step_fn if meter.phase == "accuracy" else self.step_fn)(*batch)
+            self.step_fn.norm = meter.phase == "accuracy"
+            loss, grad_norm = self.step_fn(*batch)
             self.steps_done += 1
             meter.end(loss, int(batch[0].shape[0]) * self.world, grad_norm=grad_norm)  # global samples
 

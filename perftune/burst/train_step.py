@@ -2,7 +2,9 @@
 
 Both return ``(loss, grad_norm)`` and implement the same maths: optional gradient accumulation over equal
 micro-batches of the batch, loss scaling (none / static / dynamic, skipping the update on overflow), and the global
-gradient norm for the accuracy gate.  The ``cell`` form is a ``nn.Cell`` compiled as a whole (the
+gradient norm for the accuracy gate, switched on and off at run time (``TrainStep.norm``): a tensor input of the one
+compiled graph, so the accuracy window and the timed steps run the same graph (issue 38: two graphs cost every
+process a second compile, and a second graph over the same weights was seen to run slower than the first).  The ``cell`` form is a ``nn.Cell`` compiled as a whole (the
 ``TrainOneStepCell`` style); the ``function`` form is an ``ms.jit`` function around ``value_and_grad`` and the
 optimizer.  On CPU the two are 2-4x apart (see ``../shared/mindspore-notes.md``), which is why it is a knob.
 """
@@ -63,12 +65,10 @@ class ScaledLoss(nn.Cell):
 
 
 class CellTrainStep(nn.Cell):
-    """The whole step in one compiled Cell."""
+    """The whole step in one compiled Cell; ``construct(norm_on, *batch)``."""
 
-    def __init__(self, net_with_loss, optimizer, scaler, accum_steps: int, grad_reducer=None,
-                 with_norm: bool = True, scaled: bool = True):
+    def __init__(self, net_with_loss, optimizer, scaler, accum_steps: int, grad_reducer=None, scaled: bool = True):
         super().__init__(auto_prefix=False)
-        self.with_norm = with_norm
         # loss_scale=none: a plain step, without the scale, the finiteness check and the conditional update (on
         # small CPU steps they cost up to a third of the step)
         self.scaled = scaled
@@ -101,7 +101,7 @@ class CellTrainStep(nn.Cell):
         (_, part_loss), part_grads = ops.value_and_grad(self.scaled_loss, None, self.weights, has_aux=True)(part)
         return part_loss, part_grads
 
-    def construct(self, *batch):
+    def construct(self, norm_on, *batch):
         micro = batch[0].shape[0] // self.accum_steps
         loss = None
         grads = None
@@ -126,20 +126,21 @@ class CellTrainStep(nn.Cell):
             grads = self.scaler.unscale(grads)
             finite = amp.all_finite(grads)
             self.scaler.adjust(finite)
-            if self.with_norm:
+            if norm_on:
                 grad_norm = _global_norm(grads)
             if finite:
                 self.optimizer(grads)
         else:
-            if self.with_norm:
+            if norm_on:
                 grad_norm = _global_norm(grads)
             self.optimizer(grads)
         return loss, grad_norm
 
 
 def function_train_step(net_with_loss, optimizer, scaler, accum_steps: int, graph: bool, jit_level: str,
-                        grad_reducer=None, with_norm: bool = True):
-    """The same step as a function; compiled with ``ms.jit`` in graph mode, eager in PyNative."""
+                        grad_reducer=None):
+    """The same step as a function ``step(norm_on, *batch)``; compiled with ``ms.jit`` in graph mode, eager in
+    PyNative."""
     weights = optimizer.parameters
     scaled = _is_scaled(scaler)
 
@@ -149,7 +150,7 @@ def function_train_step(net_with_loss, optimizer, scaler, accum_steps: int, grap
 
     grad_fn = ms.value_and_grad(scaled_loss, None, weights, has_aux=True)
 
-    def step(*batch):
+    def step(norm_on, *batch):
         micro = batch[0].shape[0] // accum_steps
         loss = None
         grads = None
@@ -171,19 +172,38 @@ def function_train_step(net_with_loss, optimizer, scaler, accum_steps: int, grap
             grads = scaler.unscale(grads)
             finite = amp.all_finite(grads)
             scaler.adjust(finite)
-            if with_norm:
+            if norm_on:
                 grad_norm = _global_norm(grads)
             if finite:
                 optimizer(grads)
         else:
-            if with_norm:
+            if norm_on:
                 grad_norm = _global_norm(grads)
             optimizer(grads)
         return loss, grad_norm
 
-    compiled = ms.jit(step, jit_level=jit_level) if graph else step
-    compiled.scaler = scaler  # for the burst's read-back of what was applied
-    return compiled
+    return ms.jit(step, jit_level=jit_level) if graph else step
+
+
+class TrainStep:
+    """The step every phase of a burst calls: ``step(*batch) -> (loss, grad_norm)``, one graph whatever ``norm``.
+
+    ``norm`` (settable between calls) switches the global gradient norm on: on CPU it costs 1.5-2 ms of a 7-9 ms MLP
+    step, so the burst asks for it in the accuracy window only.  In graph mode the switch is a boolean tensor input
+    (a Python bool would be a compile-time constant: one graph per value); in PyNative a Python bool (a tensor's
+    truth value would read it back to the host every step).
+    """
+
+    def __init__(self, inner, form: str, scaler, graph: bool, norm: bool = True):
+        self.inner = inner  # the compiled Cell or the (ms.jit) function, for read-back
+        self.form = form
+        self.scaler = scaler  # for the burst's read-back of what was applied
+        self.norm = norm
+        self.jit_config_dict = getattr(inner, "jit_config_dict", None)
+        self.flags = (ms.Tensor(False, ms.bool_), ms.Tensor(True, ms.bool_)) if graph else (False, True)
+
+    def __call__(self, *batch):
+        return self.inner(self.flags[bool(self.norm)], *batch)
 
 
 def make_grad_reducer(optimizer, mean: bool, degree: int):
@@ -195,23 +215,20 @@ def make_grad_reducer(optimizer, mean: bool, degree: int):
 
 
 def build_train_step(form: str, net_with_loss, optimizer, loss_scale: str, accum_steps: int, graph: bool,
-                     jit_level: str, grad_reducer=None, with_norm: bool = True, scaler=None) -> Any:
+                     jit_level: str, grad_reducer=None, with_norm: bool = True) -> TrainStep:
     """``grad_reducer`` (data parallel, see :func:`make_grad_reducer`) reduces the gradients before the update.
 
-    ``with_norm=False`` leaves out the global gradient norm: on CPU it costs 1.5-2 ms of a 7-9 ms MLP step, so the
-    burst computes it only in the accuracy phase and times a step without it.  Pass the same ``scaler`` to steps
-    that share an optimizer, so a dynamic loss scale carries over.
+    ``with_norm``: whether the step starts with the gradient norm on (``TrainStep.norm``, switched per call).
     """
-    scaler = scaler if scaler is not None else make_scaler(loss_scale)
+    scaler = make_scaler(loss_scale)
     # training mode before anything trains, in both forms: models such as mindcv's are built with training=False,
     # and BatchNorm/Dropout in eval mode would train (and be judged as) a different network from the timed one
     net_with_loss.set_train(True)
     if form == "function":
-        return function_train_step(net_with_loss, optimizer, scaler, accum_steps, graph, jit_level, grad_reducer,
-                                   with_norm)
-    step = CellTrainStep(net_with_loss, optimizer, scaler, accum_steps, grad_reducer, with_norm,
-                         scaled=_is_scaled(scaler))
-    step.set_train()
-    if graph:
-        step.set_jit_config(ms.JitConfig(jit_level=jit_level))
-    return step
+        inner = function_train_step(net_with_loss, optimizer, scaler, accum_steps, graph, jit_level, grad_reducer)
+    else:
+        inner = CellTrainStep(net_with_loss, optimizer, scaler, accum_steps, grad_reducer, scaled=_is_scaled(scaler))
+        inner.set_train()
+        if graph:
+            inner.set_jit_config(ms.JitConfig(jit_level=jit_level))
+    return TrainStep(inner, form, scaler, graph, with_norm)

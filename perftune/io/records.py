@@ -314,6 +314,10 @@ class TrialResult(Record):
     samples_per_step: Optional[int] = None
     tokens_per_sample: Optional[int] = None
     compile_ms: Optional[float] = None  # first step: graph compile + one step, to its completion (read-back)
+    #: graphs MindSpore made ready in this process, by where: "build" (before the first step: AMP's forward probes,
+    #: a script's own), a phase's steps ("accuracy", "warmup", "timed", "profiled"), "validation" (the accuracy
+    #: window's evaluation); empty where this MindSpore keeps no record (``compat.compiled_graphs``)
+    compiles: dict[str, int] = Field(default_factory=dict)
     warmup_steps: int = 0
     windows: list[WindowStats] = Field(default_factory=list)
     samples_per_s: Optional[float] = None  # all timed samples / summed window time: batch / mean step (throughput())

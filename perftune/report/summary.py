@@ -41,7 +41,7 @@ def trial_summary(r: TrialResult, trial_dir: Path) -> str:
         f"  step time    mean {_num(r.step_ms_mean, '.2f')} ms (median {r.step_ms_median:.2f}, "
         f"p10 {r.step_ms_p10:.2f}, "
         f"p90 {r.step_ms_p90:.2f}), waiting for data {r.data_wait_ms_median:.2f} ms (median)",
-        f"  compile      {_num(r.compile_ms, '.0f')} ms (first step, to its completion)",
+        f"  compile      {_num(r.compile_ms, '.0f')} ms (first step, to its completion)" + compiles_text(r),
         *phase_lines(r),
         f"  machine      others used {_share(max(others, default=None))} "
         f"of the cores at most during a timed window; {r.contended_windows} of {len(r.windows)} windows contended",
@@ -209,3 +209,17 @@ def node_lines(result: SweepResult) -> list[str]:
         lines.append(f"  {row.label} vs the baseline of its node: " + (per_node or row.note)
                      + (f" (the sweep: {comparison_text(row.comparison)})" if row.comparison else ""))
     return lines
+
+
+def compiles_text(r: TrialResult) -> str:
+    """``; graphs compiled: 1 by the steps (accuracy 1), 2 elsewhere (build 1, validation 1)``, or nothing where
+    the burst could not count them."""
+    if not r.compiles:
+        return ""
+    steps = {k: v for k, v in r.compiles.items() if k in ("accuracy", "warmup", "timed", "profiled")}
+    other = {k: v for k, v in r.compiles.items() if k not in steps}
+
+    def part(counts: dict[str, int]) -> str:
+        return ", ".join(f"{k} {v}" for k, v in counts.items())
+    text = f"; graphs compiled: {sum(steps.values())} by the steps" + (f" ({part(steps)})" if steps else "")
+    return text + (f", {sum(other.values())} elsewhere ({part(other)})" if other else "")
