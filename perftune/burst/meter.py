@@ -36,12 +36,12 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from perftune.burst.agreement import check_phases
-from perftune.compat import compiled_graphs
 from perftune.burst.arms import Arms
 from perftune.burst.completion import complete, read_norm
 from perftune.burst.profiled import ProfiledSteps
 from perftune.burst.results import finish_notes, process_notes, read_memory, summarize_timed, training_accuracy
 from perftune.burst.windows import TimedWindows
+from perftune.compat import compiled_graphs
 from perftune.io.derived import failed_result
 from perftune.io.records import Accuracy, StepRecord, TrialResult, TrialSpec
 

@@ -154,8 +154,8 @@ class Burst:
     # -- the steps: perftune's own loop drives the one phase machine (meter.Meter) ---------------------------------
     def train(self) -> None:
         """Step until the Meter has every phase.  The accuracy window's steps also compute the gradient norm (for
-        the gate); the others leave it out, with the same compiled step.  The Meter completes each step (reads its loss back)
-        before it times its end, so an asynchronous step is timed as it really runs."""
+        the gate); the others leave it out, with the same compiled step.  The Meter completes each step (reads its
+        loss back) before it times its end, so an asynchronous step is timed as it really runs."""
         meter = self.meter
         meter.start()
         while not meter.done:
