@@ -42,6 +42,9 @@ class Knob:
     #: a knob of the data pipeline alone (one pipeline's own argument, not process-wide state): a change of it is
     #: compared in one process, with both pipelines feeding one model in alternating windows (``engine/paired.py``)
     pairable: bool = False
+    #: a knob of one model's own objects (its network, loss scaler, step, its pipeline's batch): a change of it is
+    #: compared in one process with two models, each fed by its own pipeline (``engine/paired.py``, issue 38)
+    model_pairable: bool = False
     #: a slower change is tried again on top of the stack (``decision.retry_on_stack``): a data-pipeline change's
     #: extra threads only take cores from a compute-bound step, and can help once the stack made the step fast
     retry_when_slower: bool = False
@@ -91,22 +94,23 @@ KNOBS: dict[str, Knob] = {
     k.name: k
     for k in [
         Knob("batch_size", "int", 32, "samples per optimizer step (the dataset's batch)", "compute", minimum=1,
-             maximum=65536),
+             maximum=65536, model_pairable=True),
         Knob("mode", "choice", "graph", "GRAPH_MODE: the step is compiled into one graph at its first call; "
              "PYNATIVE_MODE: each op runs eagerly as Python reaches it", "compute",
              choices=("graph", "pynative"), script_route="context"),
         Knob("jit_level", "choice", "O0", "compile level of the graph-mode step (O2: whole-graph sinking, Ascend); "
              "no effect in pynative mode, where nothing is compiled", "compute",
-             choices=("O0", "O1", "O2"), refused={"O2": ("CPU",)}, script_route="context"),
+             choices=("O0", "O1", "O2"), refused={"O2": ("CPU",)}, script_route="context", model_pairable=True),
         Knob("graph_kernel", "choice", "off", "graph-kernel fusion of the graph-mode step (on = MindSpore's default "
              "opt level, O1/O2 = --opt_level); no effect in pynative mode", "compute",
              choices=("off", "on", "O1", "O2"), refused={"on": ("CPU",), "O1": ("CPU",), "O2": ("CPU",)},
              script_route="context"),
         Knob("amp_level", "choice", "O0", "automatic mixed precision: O0 fp32, O1 white-list fp16, O2 most ops "
-             "fp16 (BN fp32), O3 all fp16", "compute", choices=("O0", "O1", "O2", "O3"), script_route="model"),
+             "fp16 (BN fp32), O3 all fp16", "compute", choices=("O0", "O1", "O2", "O3"), script_route="model",
+             model_pairable=True),
         Knob("loss_scale", "choice", "none", "loss scaling for fp16 gradients: none, static (1024) or dynamic "
              "(grows 2x every 50 finite steps, halves and skips the update on overflow)", "compute",
-             choices=("none", "static", "dynamic"), script_route="model"),
+             choices=("none", "static", "dynamic"), script_route="model", model_pairable=True),
         Knob("num_parallel_workers", "int", 1, "dataset worker threads for map and batch (MindSpore refuses more than "
              "the machine's cores)", "data", minimum=1, maximum=256, script_route="dataset", pairable=True,
              retry_when_slower=True),
@@ -123,9 +127,10 @@ KNOBS: dict[str, Knob] = {
         Knob("drop_remainder", "bool", True, "drop the last incomplete batch (avoids a shape change and a "
              "recompile)", "data"),
         Knob("grad_accum_steps", "int", 1, "split each batch into k micro-batches and accumulate their gradients "
-             "(same samples per update, less activation memory)", "compute", minimum=1, maximum=64),
+             "(same samples per update, less activation memory)", "compute", minimum=1, maximum=64,
+             model_pairable=True),
         Knob("recompute", "bool", False, "recompute the workload's recompute cells in backward instead of keeping "
-             "activations", "compute"),
+             "activations", "compute", model_pairable=True),
         Knob("dataset_sink_mode", "bool", False, "sink the dataset to the device and run steps there without "
              "returning to Python", "compute", no_effect_on=("CPU",), script_route="model"),
         Knob("kernel_threads", "int", 0, "CPU kernel threads (op_tuning.threads_num); 0 = MindSpore's default",
@@ -135,7 +140,7 @@ KNOBS: dict[str, Knob] = {
         Knob("train_step", "choice", "cell", "how the step is written: a Cell (TrainOneStepCell style) or a "
              "function around value_and_grad + the optimizer; in graph mode the Cell is compiled and the function "
              "wrapped in ms.jit (at jit_level), in pynative mode both run eagerly", "compute",
-             choices=("cell", "function")),
+             choices=("cell", "function"), model_pairable=True),
         # -- distributed (perftune/runner/msrun.py): workers >= 2 launches the burst under msrun, one rank per worker
         Knob("workers", "int", 1, "ranks (processes) in total: 1 runs the burst in one process; >= 2 launches it "
              "with msrun, batch_size split evenly over the ranks (batch_size stays the global batch)", "distributed",
@@ -173,6 +178,18 @@ def pairable(name: str) -> bool:
     """Whether knob ``name`` changes only one pipeline's own arguments (``Knob.pairable``): such a change can be
     compared inside one process."""
     return name in KNOBS and KNOBS[name].pairable
+
+
+def model_pairable(name: str) -> bool:
+    """Whether knob ``name`` changes only one model's own objects (``Knob.model_pairable``): such a change can be
+    compared inside one process, with two models."""
+    return name in KNOBS and KNOBS[name].model_pairable
+
+
+def model_change(reference: dict[str, Any], candidate: dict[str, Any]) -> bool:
+    """Whether two configurations' knobs differ in a model-side knob (``Knob.model_pairable``): a paired process
+    of the two then builds two models, one per arm."""
+    return any(model_pairable(k) for k in set(reference) | set(candidate) if reference.get(k) != candidate.get(k))
 
 
 def retry_when_slower(name: str) -> bool:

@@ -14,7 +14,7 @@ from perftune.burst.arms import pair_schedule
 from perftune.engine.sweep import Sweep
 from perftune.io.derived import throughput
 from perftune.io.plan import AccuracyGate, Plan
-from perftune.io.records import Accuracy, Note, TrialResult, TrialSpec, WindowStats
+from perftune.io.records import Accuracy, Memory, Note, TrialResult, TrialSpec, WindowStats
 from perftune.io.store import write_json_atomic
 
 #: the accuracy window fixed and no seed runs: these tests script the comparisons (test_accuracy_gate: the seeds)
@@ -36,6 +36,8 @@ class Script:
     data_share: float = 0.1  # data wait / step, for the order rule (baseline's first run)
     contended: tuple[int, ...] = ()  # replicates measured while other processes competed for the cores
     window_noise: float = 0.005  # a paired process's windows: +- this share of seeded uniform noise
+    memory_bytes: Optional[int] = None  # its processes' peak host memory (model-side knobs pair where two fit)
+    wall_s: Optional[float] = None  # its processes' wall time (repeats then choose their windows: window_count)
 
 
 class ScriptedRunner:
@@ -73,7 +75,8 @@ class ScriptedRunner:
                                      contended=contended)
                          for v in sps],
                 samples_per_s=sorted(sps)[1], step_ms_median=step_ms, data_wait_ms_median=s.data_share * step_ms,
-                accuracy=Accuracy(samples_seen=spec.accuracy_samples, val_loss=s.val_loss, train_loss=s.val_loss))
+                accuracy=Accuracy(samples_seen=spec.accuracy_samples, val_loss=s.val_loss, train_loss=s.val_loss),
+                memory=Memory(host_rss_peak_bytes=s.memory_bytes), wall_s=s.wall_s)
         write_json_atomic(trial_dir / "trial.json", result.model_dump(mode="json"))
         return result
 

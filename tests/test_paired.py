@@ -15,24 +15,40 @@ from scripted_sweeps import Script, make_sweep
 
 from perftune.burst.arms import pair_schedule
 from perftune.burst.meter import Meter
-from perftune.engine.paired import ARM_EFFECT_SD, PairedRun, decide_paired, pairable_change, paired_run
+from perftune.engine.paired import (
+    ARM_EFFECT_SD,
+    MEMORY_SHARE,
+    PairedRun,
+    decide_paired,
+    fits_twice,
+    pairable_change,
+    paired_run,
+)
 from perftune.engine.plan_load import parse_plan
 from perftune.engine.sequential import futile
 from perftune.engine.specs import make_spec, paired_spec
 from perftune.engine.stats import Policy, ProcessRun
-from perftune.io.records import TrialResult, WindowStats
+from perftune.io.plan import BurstSettings
+from perftune.io.records import Memory, TrialResult, WindowStats
 from perftune.io.sweep_records import SweepResult
-from perftune.knobs import effective
+from perftune.knobs import effective, model_change
 from perftune.runner import run_trial
 
 
-def test_only_data_pipeline_changes_pair():
+def test_data_pipeline_and_model_side_changes_pair():
     base = effective({"num_parallel_workers": 1})
-    assert pairable_change(base, effective({"num_parallel_workers": 2}), "mlp")
+    assert pairable_change(base, effective({"num_parallel_workers": 2}), "mlp").startswith("only the data pipeline")
     assert pairable_change(base, effective({"dataset_format": "mindrecord", "num_parallel_workers": 2}), "mlp")
     assert pairable_change(base, dict(base), "mlp") == "the same configuration (an A/A check)"
-    for compute in ({"mode": "pynative"}, {"amp_level": "O1"}, {"batch_size": 64}, {"kernel_threads": 1},
-                    {"prefetch_size": 4}, {"dataset_autotune": True}):  # process-wide state, or a shape change
+    # model-side knobs (issue 38): two models in one process, each its own pipeline
+    for model in ({"amp_level": "O1"}, {"batch_size": 64}, {"loss_scale": "dynamic"}, {"grad_accum_steps": 2},
+                  {"recompute": True}, {"train_step": "function"}, {"jit_level": "O1"},
+                  {"batch_size": 64, "num_parallel_workers": 2}):
+        assert pairable_change(base, effective(model), "mlp").startswith("two models in one process"), model
+        assert model_change(base, effective(model))
+    assert not model_change(base, effective({"num_parallel_workers": 2}))
+    for compute in ({"mode": "pynative"}, {"kernel_threads": 1}, {"graph_kernel": "on"}, {"prefetch_size": 4},
+                    {"dataset_autotune": True}, {"amp_level": "O1", "mode": "pynative"}):  # process-wide state
         assert pairable_change(base, effective(compute), "mlp") is None, compute
     # a workload's data parameters pair (mlp's preprocessing cost); its model's do not, nor another workload's
     assert pairable_change(base, base, "mlp", {"preprocess_ms": 0.5}, {"preprocess_ms": 0.55})
@@ -50,6 +66,20 @@ def simulated(effect: float, processes: int, rng: random.Random, arm: float = AR
         runs.append(PairedRun("R", "C", tuple(shift + rng.gauss(0, block_sd) for _ in range(blocks)),
                               swapped=swapped))
     return runs
+
+
+def test_two_models_pair_only_where_both_fit_in_memory():
+    def first(peak, device="CPU"):
+        return TrialResult(trial_id="t", status="ok", workload="mlp", device=device, knobs={},
+                           burst=BurstSettings(), memory=Memory(host_rss_peak_bytes=peak))
+
+    gib = 2**30
+    assert fits_twice(first(2 * gib), first(3 * gib), 8 * gib)  # 5 of 8 GiB: within MEMORY_SHARE
+    assert not fits_twice(first(3 * gib), first(3 * gib), 8 * gib)  # 6 of 8 GiB: over 70%
+    assert not fits_twice(first(None), first(gib), 8 * gib)  # a first process without its memory
+    assert not fits_twice(first(gib), first(gib), None)  # the machine's memory unknown
+    assert not fits_twice(first(gib, "GPU"), first(gib, "GPU"), 64 * gib)  # a device's capacity is unknown
+    assert MEMORY_SHARE == 0.7
 
 
 def test_paired_decisions_on_simulated_blocks():
@@ -261,6 +291,50 @@ def test_a_real_paired_burst(tmp_path):
     assert (tmp_path / spec.trial_id / "trial.json").is_file()
     run = paired_run("R", "C", result)
     assert run is not None and len(run.differences) == 2
+
+
+def test_a_real_paired_burst_of_two_models(tmp_path):
+    """A model-side change (batch 64 and the function step against batch 32 and the cell step, graph mode): each
+    arm trains its own model on its own pipeline in one process.  Each arm's windows take its own batch, both
+    models start from the seed's weights (the first step's loss is the reference's fresh first loss), and each
+    compiles one step graph (arm B's in its first, untimed, switch)."""
+    plan = parse_plan({"name": "p", "workload": "mlp", "workload_params": dict(TINY_MLP),
+                       "burst": {"warmup_steps": 1, "steps": 4, "repeats": 2, "profile_steps": 0,
+                                 "timeout_s": 240, "drain_s": 0.05},
+                       "baseline": {"batch_size": 32, "mode": "graph", "prefetch_size": 2, "train_step": "cell"},
+                       "accuracy": {"samples": 64, "seeds": 1}}, "t")
+    ref = make_spec(plan, {}, "baseline")
+    cand = make_spec(plan, {"batch_size": 64, "train_step": "function"}, "b64")
+    spec = paired_spec(ref, cand, 0, 2, 0.05)
+    result = run_trial(spec, tmp_path / spec.trial_id)
+    assert result.status == "ok", result.reason
+    assert [w.arm for w in result.windows] == pair_schedule(2)
+    for w in result.windows:  # samples per step: the arm's own batch
+        assert w.samples_per_s * w.total_ms / 1e3 / w.steps == pytest.approx(64 if w.arm else 32, rel=1e-6)
+    assert sum(v for k, v in result.compiles.items() if k in ("warmup", "timed")) == 2
+    assert any("trained two models" in n.text for n in result.notes)
+    fresh = run_trial(ref, tmp_path / ref.trial_id)
+    assert result.first_loss == pytest.approx(fresh.first_loss, rel=1e-5)
+    assert paired_run("R", "C", result) is not None
+
+
+def test_a_scripted_sweep_pairs_a_model_knob_only_where_two_models_fit(tmp_path):
+    """A model-side knob (AMP) is raced in paired processes when both first processes' memory fits twice in the
+    machine's, and in fresh processes when it does not."""
+    noisy = [1.0, 1.12, 0.9, 1.05, 0.95]  # the fresh processes' noise: one process cannot decide 6%
+    small = {"baseline": Script(factor=noisy, memory_bytes=2**20),
+             "+amp_level=O1": Script(factor=1.06, memory_bytes=2**20)}
+    result = make_sweep(tmp_path / "small", {"amp_level": ["O1"]}, small, baseline_runs=2,
+                        retry_on_stack=False)[0].run()
+    amp = next(t for t in result.trials if t.label == "+amp_level=O1" and t.kind == "single")
+    assert amp.vs_baseline.design == "paired" and amp.verdict == "kept"
+    assert any(p.candidate == "+amp_level=O1" for p in result.paired)
+    huge = {"baseline": Script(factor=noisy, memory_bytes=2**60),
+            "+amp_level=O1": Script(factor=1.06, memory_bytes=2**60)}
+    result = make_sweep(tmp_path / "huge", {"amp_level": ["O1"]}, huge, baseline_runs=2,
+                        retry_on_stack=False)[0].run()
+    amp = next(t for t in result.trials if t.label == "+amp_level=O1" and t.kind == "single")
+    assert amp.vs_baseline.design is None and not any(p.candidate == "+amp_level=O1" for p in result.paired)
 
 
 def test_a_scripted_sweep_decides_a_data_knob_by_paired_processes_and_resumes(tmp_path):

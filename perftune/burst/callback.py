@@ -20,7 +20,7 @@ from mindspore.train import Callback as MindSporeCallback
 
 from perftune.burst.context import environment, learning_rate
 from perftune.burst.failures import KnobRefused
-from perftune.burst.meter import BurstDone, Meter
+from perftune.burst.meter import BurstDone, Meter, needed_steps
 from perftune.io.plan import BurstSettings
 from perftune.io.records import Note, TrialSpec
 
@@ -136,7 +136,7 @@ class Callback(MindSporeCallback):
     def on_train_end(self, run_context) -> None:
         if self.meter is not None and not self.meter.done and self.out is not None and not self.written:
             self.write(f"training ended after {self.meter.steps_seen} steps, before the burst had "
-                       f"{self.meter.needed_steps()}")
+                       f"{needed_steps(self.meter)}")
 
     def finished(self, run_context) -> None:
         if self.out is not None:

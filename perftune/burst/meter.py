@@ -12,9 +12,10 @@ The phases, in order (a phase of zero size is skipped: ``accuracy_samples`` 0, `
 ``profile_steps`` 0):
 
 1. accuracy: from the first step until ``accuracy_samples`` samples were seen (its first step, the graph compile
-   to its completion, is ``compile_ms``), then the route's validation (``accuracy_end``).  Every process runs it,
-   repeats included: a repeat that skipped it measured x0.865 of first processes (README, "What a sweep does").
-2. warm-up: ``warmup_steps`` steps.
+   to its completion, is ``compile_ms``), then the route's validation (``accuracy_end``).  A configuration's first
+   process runs it; its repeats (``accuracy_samples`` 0) do not.
+2. warm-up: ``warmup_steps`` steps; in a repeat, then on until its step time settles (``settle``: a repeat that
+   skipped the accuracy window with a fixed warm-up measured x0.865 of first processes).
 3. drain: the batches the pipeline prefetched during compile and validation, so that a data stall cannot hide
    behind a full queue (``arms.Arms.drain_over``).
 4. timed: ``repeats`` windows of ``steps`` steps (``burst.min_window_s`` calibrates the steps from the warm-up and
@@ -35,13 +36,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from perftune.burst import settle
 from perftune.burst.agreement import check_phases
 from perftune.burst.arms import Arms
 from perftune.burst.completion import complete, read_norm
+from perftune.burst.graph_count import GraphCount
 from perftune.burst.profiled import ProfiledSteps
 from perftune.burst.results import finish_notes, process_notes, read_memory, summarize_timed, training_accuracy
 from perftune.burst.windows import TimedWindows
-from perftune.compat import compiled_graphs
 from perftune.io.derived import failed_result
 from perftune.io.records import Accuracy, StepRecord, TrialResult, TrialSpec
 
@@ -64,6 +66,9 @@ class Meter:
         self.grad_norms = grad_norms  # the driver passes each accuracy step's gradient norm (perftune's own step)
         # a repeat process: every phase but the profile (the first process has it); a paired process likewise
         self.repeat = spec.replicate > 0 or spec.pair is not None
+        # a repeat without an accuracy window warms up until its step time settles (``settle``), not for a count
+        self.settles = spec.replicate > 0 and spec.pair is None and spec.accuracy_samples == 0
+        self.settled_steps: list[StepRecord] = []  # such a warm-up's steps after the compile
         #: ``agree``: a distributed burst's ranks take the same phase decisions (the largest of their values)
         self.arms = Arms(spec, agree)
         self.windows = TimedWindows(spec, agree)
@@ -83,9 +88,7 @@ class Meter:
         self.accuracy_end: Optional[Callable[[Accuracy], None]] = None
         self.figures: Any = None  # a script's own validation figures (``script_figures.ScriptFigures``)
         self.done = False
-        self.graphs = compiled_graphs()  # counted at each phase's end (``count_compiles``), not per step
-        if self.graphs:
-            self.result.compiles["build"] = self.graphs
+        self.graphs = GraphCount(self.result)  # at each phase's end
         self.started_wall = time.perf_counter()
         self.phase = "accuracy"
         self.advance()  # into the first phase of non-zero size
@@ -98,13 +101,6 @@ class Meter:
     def arm(self) -> int:
         """The arm whose pipeline feeds the next step (always 0 but in a paired process)."""
         return self.arms.arm
-
-    def needed_steps(self) -> str:
-        """What the burst needs, for a "training ended early" reason."""
-        b = self.spec.burst
-        profile = 0 if self.repeat else b.profile_steps
-        return (f"the accuracy window ({self.spec.accuracy_samples} samples), {b.warmup_steps} warm-up steps and "
-                f"the drain, {b.repeats} x {self.windows.steps} timed and {profile} profiled steps")
 
     def samples_of(self, record: StepRecord) -> int:
         """The samples one step took."""
@@ -143,6 +139,7 @@ class Meter:
         self.record(steps, step_ms, wait_ms, value, norm, max(1, int(samples) // steps))
         if self.result.compile_ms is None:
             self.result.compile_ms = self.records[0].step_ms  # the first step compiles the graph
+            self.result.first_loss = value
         self.advance()
         self.last_end = time.perf_counter()
         self.begin_t = None
@@ -172,9 +169,9 @@ class Meter:
         if self.phase == "accuracy":
             return self.samples_seen >= self.spec.accuracy_samples
         if self.phase == "warmup":
-            return n >= b.warmup_steps
-        if self.phase == "drain":
-            return self.arms.drain_over(self.in_phase)
+            return n >= b.warmup_steps and (not self.settles or self.settling().done)
+        if self.phase == "drain":  # a settled warm-up after the compile drained the queue as the drain would
+            return self.arms.drain_over(self.settled_steps + self.in_phase)
         if self.phase == "timed":
             return self.windows.index >= len(self.arms.schedule)
         if self.phase == "profiled":
@@ -215,24 +212,22 @@ class Meter:
         elif self.phase == "done":
             self.finish()
 
-    def count_compiles(self, where: str) -> None:
-        """The graphs compiled since the last count go to ``result.compiles[where]``."""
-        now = compiled_graphs()
-        if now is None or self.graphs is None:
-            return
-        if now > self.graphs:
-            self.result.compiles[where] = self.result.compiles.get(where, 0) + now - self.graphs
-        self.graphs = now
+    def settling(self) -> settle.Settling:
+        """The warm-up's steps judged for a steady state; the process's first step (its compile) left out."""
+        return settle.settling([r.step_ms for r in self.in_phase if r is not self.records[0]])
 
     def leave(self) -> None:
-        self.count_compiles(RECORD_PHASE.get(self.phase, self.phase))
+        self.graphs.count(RECORD_PHASE.get(self.phase, self.phase))
         if self.phase == "accuracy" and self.in_phase:
             acc = training_accuracy(self.in_phase, self.samples_seen, self.spec.lr_scale, with_norms=self.grad_norms)
             self.result.accuracy = acc
             if self.accuracy_end is not None:
                 self.accuracy_end(acc)
-                self.count_compiles("validation")
+                self.graphs.count("validation")
         elif self.phase in ("warmup", "drain"):
+            if self.phase == "warmup" and self.settles:
+                self.result.notes.append(settle.note(self.settling(), len(self.in_phase)))
+                self.settled_steps = [r for r in self.in_phase if r is not self.records[0]]
             if self.phase == "drain":
                 self.arms.drained_once(self.in_phase)
             self.result.warmup_steps = sum(r.phase == "warmup" for r in self.records)
@@ -259,3 +254,10 @@ class Meter:
         read_memory(self.result, self.spec.device)
         self.result.wall_s = time.perf_counter() - self.started_wall
 
+
+def needed_steps(meter: Meter) -> str:
+    """What the burst needs, for a "training ended early" reason."""
+    b = meter.spec.burst
+    profile = 0 if meter.repeat else b.profile_steps
+    return (f"the accuracy window ({meter.spec.accuracy_samples} samples), {b.warmup_steps} warm-up steps and "
+            f"the drain, {b.repeats} x {meter.windows.steps} timed and {profile} profiled steps")

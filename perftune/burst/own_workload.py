@@ -27,10 +27,12 @@ from perftune.burst.context import (
     single_process_notes,
 )
 from perftune.burst.failures import KnobRefused
+from perftune.burst.graph_check import check_first_loss, use_compile_cache
 from perftune.burst.meter import Meter
 from perftune.burst.results import read_memory
 from perftune.io.derived import failed_result
 from perftune.io.records import Accuracy, Note, TrialResult, TrialSpec
+from perftune.knobs import model_change
 
 VAL_BATCH = 64  # the same validation batches for every trial, whatever its batch size
 
@@ -47,6 +49,7 @@ class Burst:
         self.rank = 0
         self.world = 1
         self.steps_done = 0
+        self.pair_workload: Any = None  # a paired process of two models: the candidate's workload (arm 1)
         self.kill_after: Optional[int] = None  # test-only fault injection, see collectives.init_distributed
 
     # -- set-up ---------------------------------------------------------------------------------------------
@@ -57,6 +60,7 @@ class Burst:
         from perftune.workloads import resolve
 
         spec, k = self.spec, self.k
+        use_compile_cache(spec, self.result)  # before anything compiles
         self.result.notes += apply_context(spec)
         if int(k["workers"]) >= 2:
             ctx = init_distributed(k)
@@ -74,8 +78,9 @@ class Burst:
                                             spec.seed if spec.data_seed is None else spec.data_seed)
         workload.check()
         self.workload = workload
-        amp_effect = self.build_network()
+        self.network, amp_effect = build_network(workload, k, self.result.notes)
         reducer = self.build_steps()
+        self.build_pair_model()
         self.result.parameter_count = int(sum(int(np.prod(p.shape)) for p in self.network.trainable_params()))
         self.result.tokens_per_sample = workload.tokens_per_sample
         self.result.flops_per_sample = workload.flops_per_sample
@@ -88,27 +93,6 @@ class Burst:
             self.result.notes.append(Note(kind="no_effect", knob="python_multiprocessing",
                                           text="python_multiprocessing=true has no effect here: the workload has no "
                                                "Python preprocessing map"))
-
-    def build_network(self) -> Any:
-        """The workload's network with AMP and recompute applied; returns AMP's measured effect."""
-        workload, k = self.workload, self.k
-        network = workload.network
-        # AMP with a forward probe before and after: its effect, not its wrapper, goes into `applied` (issue 14)
-        amp_outcome = amp_check.apply_amp(network, k["amp_level"],
-                                          amp_check.probe_inputs(workload.train_columns, workload.label_column))
-        network = amp_outcome.network
-        self.result.notes += amp_outcome.notes
-        if k["recompute"]:
-            # after AMP: O1 rewrites the network into new cell objects, so look the cells up by name in the network
-            # that is actually trained (O2/O3 wrap it, hence the suffix match)
-            cells = [cell for name, cell in network.cells_and_names()
-                     if any(name == n or name.endswith("." + n) for n in workload.recompute_cell_names)]
-            if not cells:
-                raise KnobRefused(f"recompute=true: workload {workload.name!r} names no recompute cells")
-            for cell in cells:
-                cell.recompute()
-        self.network = network
-        return amp_outcome.effect
 
     def build_steps(self) -> Any:
         """The accuracy phase's step and the timed one; returns the data-parallel gradient reducer (or None)."""
@@ -131,7 +115,15 @@ class Burst:
         # window only (``TrainStep.norm``, a tensor input of the graph): it would cost ~20% of a small step on CPU
         self.step_fn = build_train_step(k["train_step"], net_with_loss, optimizer, k["loss_scale"],
                                         int(k["grad_accum_steps"]), graph, k["jit_level"], reducer)
+        self.arm_steps = [self.step_fn]
         return reducer
+
+    def build_pair_model(self) -> None:
+        """A paired process of a model-side change: arm 1's own model and step (``pair_model``)."""
+        pair = self.spec.pair
+        if pair is not None and model_change(self.k, pair.knobs):
+            self.pair_workload, step = pair_model(self.spec, self.result.notes)
+            self.arm_steps.append(step)
 
     def build_pipelines(self) -> Any:
         """The training pipeline (and a paired process's second one); returns the first."""
@@ -162,10 +154,13 @@ class Burst:
             fault_injection(self.kill_after, self.steps_done, self.rank)
             batch = next(self.iterators[meter.arm])
             meter.begin()
-            self.step_fn.norm = meter.phase == "accuracy"
-            loss, grad_norm = self.step_fn(*batch)
+            step = self.arm_steps[min(meter.arm, len(self.arm_steps) - 1)]  # two models: the arm's own
+            step.norm = meter.phase == "accuracy"
+            loss, grad_norm = step(*batch)
             self.steps_done += 1
             meter.end(loss, int(batch[0].shape[0]) * self.world, grad_norm=grad_norm)  # global samples
+            if self.steps_done == 1:
+                check_first_loss(self.spec, self.result)  # a graph from the compile cache must be this one
 
     def pair_pipeline(self, cache: Path):
         """The candidate's pipeline of a paired process over the same data: its knobs, and its workload's
@@ -174,8 +169,8 @@ class Burst:
         from perftune.workloads import resolve
 
         pair, spec = self.spec.pair, self.spec
-        workload = self.workload
-        if dict(pair.workload_params) != dict(spec.workload_params):
+        workload = self.pair_workload or self.workload
+        if workload is self.workload and dict(pair.workload_params) != dict(spec.workload_params):
             workload = resolve(spec.workload)(dict(pair.workload_params),
                                               spec.seed if spec.data_seed is None else spec.data_seed)
         return build_dataset(workload, pair.knobs, "train", cache)
@@ -231,4 +226,44 @@ class Burst:
         return self.result
 
 
+def build_network(workload: Any, k: dict, notes: list[Note]) -> tuple[Any, Any]:
+    """The workload's network with AMP and recompute applied under knobs ``k``, and AMP's measured effect (its
+    notes go to ``notes``)."""
+    network = workload.network
+    # AMP with a forward probe before and after: its effect, not its wrapper, goes into `applied` (issue 14)
+    amp_outcome = amp_check.apply_amp(network, k["amp_level"],
+                                      amp_check.probe_inputs(workload.train_columns, workload.label_column))
+    network = amp_outcome.network
+    notes += amp_outcome.notes
+    if k["recompute"]:
+        # after AMP: O1 rewrites the network into new cell objects, so look the cells up by name in the network
+        # that is actually trained (O2/O3 wrap it, hence the suffix match)
+        cells = [cell for name, cell in network.cells_and_names()
+                 if any(name == n or name.endswith("." + n) for n in workload.recompute_cell_names)]
+        if not cells:
+            raise KnobRefused(f"recompute=true: workload {workload.name!r} names no recompute cells")
+        for cell in cells:
+            cell.recompute()
+    return network, amp_outcome.effect
 
+
+def pair_model(spec: TrialSpec, notes: list[Note]) -> tuple[Any, Any]:
+    """A paired process of a model-side change (``knobs.model_change``, issue 38): the candidate's own workload and
+    step (arm 1), its network built from the same seed as the candidate's own fresh process builds it, to be fed by
+    its own pipeline (``Burst.pair_pipeline``).  The learning rate is the workload's: the windows compare speed, and
+    this model's accuracy is never read."""
+    import mindspore as ms
+
+    from perftune.burst.train_step import NetWithLoss, build_train_step
+    from perftune.workloads import resolve
+
+    pair, k = spec.pair, spec.pair.knobs
+    ms.set_seed(spec.seed)
+    np.random.seed(spec.seed)
+    workload = resolve(spec.workload)(dict(pair.workload_params),
+                                      spec.seed if spec.data_seed is None else spec.data_seed)
+    network, _ = build_network(workload, k, notes)
+    step = build_train_step(k["train_step"], NetWithLoss(network, workload.loss_fn),
+                            workload.make_optimizer(network.trainable_params()), k["loss_scale"],
+                            int(k["grad_accum_steps"]), k["mode"] == "graph", k["jit_level"], with_norm=False)
+    return workload, step

@@ -17,6 +17,7 @@ from perftune.burst.failures import one_line
 from perftune.io.derived import throughput
 from perftune.io.plan import BurstSettings
 from perftune.io.records import Accuracy, Note, ProfileSummary, StepRecord, TrialResult, TrialSpec, WindowStats
+from perftune.knobs import model_change
 
 LOSS_TAIL_STEPS = 5  # the training loss at N samples is the mean of this many last steps
 
@@ -170,13 +171,15 @@ def process_notes(spec: TrialSpec, windows: int) -> list[Note]:
     """What kind of process this is, for a person reading the trial."""
     if spec.pair is not None:
         return [Note(kind="info", text=(
-            f"paired process: {spec.pair.reference_label} (arm A) and {spec.pair.label} (arm B) fed one model "
-            f"from two pipelines, {windows} timed windows in ABBA/BAAB order; the throughput figures "
+            f"paired process: {spec.pair.reference_label} (arm A) and {spec.pair.label} (arm B) "
+            + ("trained two models, each fed by its own pipeline" if model_change(spec.knobs, spec.pair.knobs)
+               else "fed one model from two pipelines")
+            + f", {windows} timed windows in ABBA/BAAB order; the throughput figures "
             "are arm A's, the comparison is the sweep's"))]
     if spec.replicate > 0:
         return [Note(kind="info", text=(
-            f"repeat process {spec.replicate + 1} of this configuration: the profile comes from its first "
-            "process; the accuracy window ran too, so that every process is timed after the same history"))]
+            f"repeat process {spec.replicate + 1} of this configuration: the profile and the accuracy window come "
+            "from its first process; this one warmed up until its step time settled"))]
     return []
 
 

@@ -24,7 +24,7 @@ from perftune import knobs as knob_registry
 from perftune.burst.callback import Callback, activate
 from perftune.burst.context import environment, first_eager_op
 from perftune.burst.failures import KnobRefused, script_failure
-from perftune.burst.meter import BurstDone, Meter
+from perftune.burst.meter import BurstDone, Meter, needed_steps
 from perftune.burst.results import read_memory
 from perftune.burst.script_figures import ScriptFigures
 from perftune.burst.script_hooks import ScriptHooks, apply_dataset_config, apply_script_context
@@ -150,5 +150,5 @@ class ScriptBurst:
                               "and took no batch from a mindspore.dataset iterator outside a validation (a loop "
                               "over other data needs `for batch in perftune.steps(iterator):`)")
         return "failed", (f"the script's training ended after {meter.steps_seen} step(s), before the burst had "
-                          f"{meter.needed_steps()}: give the script more epochs or data in workload.args, or "
+                          f"{needed_steps(meter)}: give the script more epochs or data in workload.args, or "
                           "lower the plan's burst settings")

@@ -7,9 +7,12 @@ measured inside one process instead: the model is built and compiled once, two p
 B) feed it, and the timed windows alternate in ABBA / BAAB blocks (``burst.meter.pair_schedule``), each switch
 preceded by an untimed drain of the new pipeline's queue (``burst.meter``).  Each block gives one paired difference
 ``mean log B - mean log A``; linear drift cancels within a block, and whatever slows the process slows both arms.
-Knobs that change process-wide state (mode, jit level, AMP, threads, batch size) stay fresh-process comparisons
-(``sequential.py``): the two designs answer the same question, "is B faster than A", and a benchmark
-(``experiments/benchmarks/verdicts.py``) checks that they agree.
+A model-side change (``Knob.model_pairable``: AMP level, loss scale, batch size, gradient accumulation, recompute,
+train step, jit level) is paired too, with two models: each arm builds its own network, optimizer and step from the
+same seed and is fed by its own pipeline (issue 38), where both fit in memory (``fits_twice``).  Knobs that change
+process-wide state (mode, graph kernel, threads, distributed) stay fresh-process comparisons (``sequential.py``):
+MindSpore holds them once per process.  The designs answer the same question, "is B faster than A", and a
+benchmark (``experiments/benchmarks/verdicts.py``) checks that they agree.
 
 The model of a paired difference: ``d_jk = mu + u_j + e_jk`` for block ``k`` of process ``j``: ``e`` the window
 noise left after pairing (``sigma``, pooled within processes), ``u`` what differs between processes in the
@@ -24,11 +27,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Hashable, Optional, Sequence
 
 from perftune import knobs
 from perftune.engine.stats import Decision, PairedFacts, Policy, interval
-from perftune.io.records import TrialResult
+from perftune.io.records import TrialResult, TrialSpec
+from perftune.io.sweep_records import PairedProcess
+from perftune.words.format import speed_text
 from perftune.workloads import DATA_PARAMS
 
 #: prior sd of one block's paired difference (log), and its pseudo degrees of freedom (where these constants come
@@ -41,6 +47,9 @@ BLOCK_PRIOR_DF = 2
 PROCESS_PRIOR_SD = 0.01
 PROCESS_PRIOR_SHARE = 0.4
 PROCESS_PRIOR_DF = 4
+#: two models may share a process where their first processes' peak memory together is at most this share of what
+#: the machine has available
+MEMORY_SHARE = 0.7
 #: the arm effect: two pipelines of one configuration in one process differ by about this much (arm 1 slower,
 #: whichever was built first and whichever arm the schedule starts with).  Processes alternate the arm order
 #: (``counterbalanced``); with both orders measured the effect cancels, with one only it is an unknown bias of this
@@ -48,20 +57,50 @@ PROCESS_PRIOR_DF = 4
 ARM_EFFECT_SD = 0.015
 
 
+def differing(reference: dict[str, Any], candidate: dict[str, Any]) -> list[str]:
+    return sorted(k for k in set(reference) | set(candidate) if reference.get(k) != candidate.get(k))
+
+
 def pairable_change(reference: dict[str, Any], candidate: dict[str, Any], workload: str,
                     ref_params: Optional[dict] = None, cand_params: Optional[dict] = None) -> Optional[str]:
     """Why ``candidate`` can be compared with ``reference`` in one process (a short text), or None: every knob that
-    differs is ``pairable`` and every workload parameter that differs is one of the workload's data parameters."""
-    differ = sorted(k for k in set(reference) | set(candidate) if reference.get(k) != candidate.get(k))
+    differs is ``pairable`` (a pipeline's own argument) or ``model_pairable`` (one model's own objects: two models
+    then share the process), and every workload parameter that differs is one of the workload's data parameters."""
+    differ = differing(reference, candidate)
     ref_params, cand_params = ref_params or {}, cand_params or {}
     params = sorted(k for k in set(ref_params) | set(cand_params) if ref_params.get(k) != cand_params.get(k))
     if not differ and not params:
         return "the same configuration (an A/A check)"
-    if not all(knobs.pairable(k) for k in differ):
+    if not all(knobs.pairable(k) or knobs.model_pairable(k) for k in differ):
         return None
     if params and not set(params) <= set(DATA_PARAMS.get(workload, ())):
         return None
+    if knobs.model_change(reference, candidate):
+        return "two models in one process (" + ", ".join(differ + params) + ")"
     return "only the data pipeline differs (" + ", ".join(differ + params) + ")"
+
+
+def fits_twice(reference: Optional[TrialResult], candidate: Optional[TrialResult],
+               available_bytes: Optional[int] = -1) -> bool:
+    """Whether both models fit one process: their first processes' peak host memory together within
+    ``MEMORY_SHARE`` of ``available_bytes`` (default: what the machine has now, ``available_memory``); never off
+    CPU (a device's capacity is not known to perftune) nor without both first processes' memory."""
+    if reference is None or candidate is None or reference.device != "CPU":
+        return False
+    peaks = [r.memory.host_rss_peak_bytes for r in (reference, candidate)]
+    available = available_memory() if available_bytes == -1 else available_bytes
+    return available is not None and None not in peaks and sum(peaks) <= MEMORY_SHARE * available
+
+
+def available_memory() -> Optional[int]:
+    """The machine's available memory in bytes (``MemAvailable``, Linux), or None where it cannot be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 @dataclass(frozen=True)
@@ -184,3 +223,22 @@ def decide_paired(runs: Sequence[PairedRun], policy: Policy, looks: Optional[int
                         process_sd=noise.process_sd)
     return Decision.of(iv, policy, blocks=len(runs), reference_runs=len(runs), noise_sd=math.sqrt(unit),
                        contended=sum(r.contended > 0 for r in runs), paired=facts)
+
+
+def paired_record(spec: TrialSpec, result: TrialResult, run: Optional[PairedRun], reference: str, candidate: str,
+                  reused: bool) -> PairedProcess:
+    """A paired process as ``results.json`` records it (``reference`` and ``candidate``: the configurations' labels)."""
+    return PairedProcess(
+        trial_id=spec.trial_id, reference=reference, candidate=candidate, replicate=spec.replicate,
+        swapped=counterbalanced(spec.replicate), status=result.status,
+        reason=result.reason or ("" if run else "no whole ABBA block"), windows=len(result.windows),
+        differences=list(run.differences) if run else [], contended_windows=result.contended_windows,
+        wall_s=result.wall_s, timed_s=sum(w.total_ms for w in result.windows) / 1e3, reused=reused)
+
+
+def paired_line(label: str, record: PairedProcess, run: Optional[PairedRun]) -> str:
+    """The progress line of a finished paired process."""
+    if run is None:
+        return f"  {label}: {record.status}: {record.reason}"
+    return (f"  {label}: {speed_text(math.exp(run.mean), digits=3)} over {len(run.differences)} blocks"
+            + (" (reused)" if record.reused else ""))

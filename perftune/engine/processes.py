@@ -13,28 +13,35 @@ the contended processes it used and those it measured again, of its own processe
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Hashable, Optional
 
 from perftune import knobs
+from perftune.engine import graph_cache, window_count
 from perftune.engine.blocked import process_run
-from perftune.engine.paired import PairedRun, counterbalanced, pairable_change, paired_run
+from perftune.engine.paired import (
+    PairedRun,
+    counterbalanced,
+    fits_twice,
+    pairable_change,
+    paired_line,
+    paired_record,
+    paired_run,
+)
 from perftune.engine.progress import SweepProgress
 from perftune.engine.race import EXCLUDED, LaneOutcome
 from perftune.engine.specs import make_spec, paired_label, paired_spec
-from perftune.engine.stats import ProcessRun
+from perftune.engine.stats import Noise, ProcessRun
 from perftune.io.files import RESULTS_NAME, TRIALS_DIR
 from perftune.io.plan import Plan
 from perftune.io.records import TrialResult, TrialSpec
 from perftune.io.seals import TrialSeals
 from perftune.io.store import write_json_atomic
-from perftune.io.sweep_records import FAILED_VERDICTS, PairedProcess, SweepResult, SweepTrial
+from perftune.io.sweep_records import FAILED_VERDICTS, SweepResult, SweepTrial
 from perftune.io.watch import FolderWatch
 from perftune.words import lm
-from perftune.words.format import speed_text
 from perftune.words.reasons import process_flags
 
 #: runs one trial in ``trial_dir`` and returns its result (``perftune.runner.run_trial``; tests pass scripted ones)
@@ -68,8 +75,8 @@ class Processes:
         self.watch = FolderWatch(out, self.seals)  # what vanishes from the folder while it runs (io/watch.py)
 
     # -- configurations and trials ----------------------------------------------------------------------------
-    def spec(self, changes: dict[str, Any], replicate: int = 0) -> TrialSpec:
-        return make_spec(self.plan, changes, knobs.label_of(changes), replicate, self.cache_dir)
+    def spec(self, changes: dict[str, Any], replicate: int = 0, windows: Optional[int] = None) -> TrialSpec:
+        return make_spec(self.plan, changes, knobs.label_of(changes), replicate, self.cache_dir, windows)
 
     def register(self, changes: dict[str, Any], kind: str) -> Hashable:
         """A configuration's key (its first process's trial id) for the races."""
@@ -88,14 +95,24 @@ class Processes:
         if set_aside is not None:
             self.warn(set_aside)
         found = result is not None
-        if result is None:
-            result = self.run_trial(spec, trial_dir) if lane is None else self.run_trial(spec, trial_dir, lane=lane)
+        if result is None:  # a compile cache that served another graph is dropped and the process run again
+            result = graph_cache.run_checked(lambda s: self.run_trial(s, trial_dir) if lane is None
+                                             else self.run_trial(s, trial_dir, lane=lane), spec)
         self.seals.seal(trial_dir, spec.trial_id)
         return result, found
 
+    def first_result(self, key: Hashable) -> Optional[TrialResult]:  # the configuration's first, once measured
+        with self.lock:
+            return next((t.result for t in self.of.get(key, []) if t.replicate == 0), None)
+
     def measure(self, changes: dict[str, Any], kind: str, replicate: int = 0, lane: Optional[int] = None) -> SweepTrial:
         """One trial (reused when an earlier run finished it); ``lane``: the runner's lane, from a lane's thread."""
-        spec = self.spec(changes, replicate)
+        key = self.spec(changes).trial_id
+        with self.lock:  # a repeat's timed windows, from its configuration's processes so far
+            done, noise = [t.result for t in self.of.get(key, []) if not t.excluded], Noise.pooled(self.runs)
+        choice = window_count.for_repeat(self.plan.burst, replicate, done, noise)
+        spec = graph_cache.for_process(self.spec(changes, replicate, choice.windows if choice else None),
+                                       self.first_result(key))
         if lane is None:  # the lanes' runner says itself what runs where
             self.progress.start(spec.label + (f" (run {replicate + 1})" if replicate else ""))
         with self.lock:  # measured already by this run: a folder found again is not "reused" from an earlier one
@@ -106,6 +123,7 @@ class Processes:
             ("baseline" if kind == "baseline" else "measured")
         trial = SweepTrial(trial_id=spec.trial_id, label=spec.label, kind=kind, changes=changes,
                            replicate=replicate, verdict=verdict, reason=result.reason or "", reused=reused,
+                           window_count=choice,
                            result=result.model_copy(update={"steps": []}))
         with self.lock:
             self.result.trials.append(trial)
@@ -131,13 +149,16 @@ class Processes:
     # -- paired processes (``engine/paired.py``) ------------------------------------------------------------------
     def pairable(self, reference: Hashable, candidate: Hashable) -> Optional[str]:
         """Why ``candidate`` can be compared with ``reference`` in one process, or None (``paired.pairable_change``;
-        never a script's burst, a distributed one, or with ``decision.paired`` off)."""
+        not a script's, a distributed burst, with ``decision.paired`` off, two models that do not fit twice)."""
         if not self.plan.decision.paired:
             return None
         ref, cand = self.spec(self.configs[reference][0]), self.spec(self.configs[candidate][0])
         if ref.script is not None or int(ref.knobs["workers"]) > 1 or int(cand.knobs["workers"]) > 1:
             return None
-        return pairable_change(ref.knobs, cand.knobs, ref.workload, ref.workload_params, cand.workload_params)
+        why = pairable_change(ref.knobs, cand.knobs, ref.workload, ref.workload_params, cand.workload_params)
+        if why is None or not knobs.model_change(ref.knobs, cand.knobs):
+            return why
+        return why if fits_twice(self.first_result(reference), self.first_result(candidate)) else None
 
     def measure_pair(self, reference: Hashable, candidate: Hashable) -> Optional[PairedRun]:
         """One paired process of ``candidate`` against ``reference`` (reused when an earlier run finished it),
@@ -151,26 +172,18 @@ class Processes:
         spec = paired_spec(cand if swapped else ref, ref if swapped else cand, replicate, d.paired_blocks,
                            d.paired_window_s)
         spec = spec.model_copy(update={"label": paired_label(ref.label, cand.label, replicate)})
+        spec = graph_cache.for_process(spec, self.first_result(candidate if swapped else reference))  # arm 0's
         self.progress.start(spec.label)
         with self.lock:
             seen = any(p.trial_id == spec.trial_id for p in self.result.paired)
         result, found = self.run_or_reuse(spec)
         run = paired_run(reference, candidate, result, swapped=swapped) if result.status == "ok" else None
-        record = PairedProcess(
-            trial_id=spec.trial_id, reference=knobs.label_of(self.configs[reference][0]),
-            candidate=knobs.label_of(self.configs[candidate][0]), replicate=replicate, swapped=swapped,
-            status=result.status,
-            reason=result.reason or ("" if run else "no whole ABBA block"), windows=len(result.windows),
-            differences=list(run.differences) if run else [], contended_windows=result.contended_windows,
-            wall_s=result.wall_s, timed_s=sum(w.total_ms for w in result.windows) / 1e3, reused=found and not seen)
+        record = paired_record(spec, result, run, knobs.label_of(self.configs[reference][0]),
+                               knobs.label_of(self.configs[candidate][0]), found and not seen)
         with self.lock:
             self.result.paired.append(record)
             self.save()
-        if run is None:
-            self.say(f"  {spec.label}: {record.status}: {record.reason}")
-        else:
-            self.say(f"  {spec.label}: {speed_text(math.exp(run.mean), digits=3)} over {len(run.differences)} "
-                     "blocks" + (" (reused)" if record.reused else ""))
+        self.say(paired_line(spec.label, record, run))
         return run
 
     # -- usable or not: the one contention rule ----------------------------------------------------------------
@@ -234,7 +247,12 @@ class Processes:
 
     def said(self, trial: SweepTrial) -> None:
         """A process's line: what it measured, or why it failed."""
-        r = trial.result
-        what = lm.progress_text(r) if r.status == "ok" and r.samples_per_s else f"{trial.verdict}: {trial.reason}"
-        run = f" (run {trial.replicate + 1})" if trial.replicate else ""
-        self.say(f"  {trial.label}{run}: {what}{process_flags(trial)}")
+        self.say(process_line(trial))
+
+
+def process_line(trial: SweepTrial) -> str:
+    """A finished process's progress line: what it measured, or why it failed."""
+    r = trial.result
+    what = lm.progress_text(r) if r.status == "ok" and r.samples_per_s else f"{trial.verdict}: {trial.reason}"
+    run = f" (run {trial.replicate + 1})" if trial.replicate else ""
+    return f"  {trial.label}{run}: {what}{process_flags(trial)}"

@@ -27,8 +27,9 @@ def trial_id(fields: dict[str, Any]) -> str:
 
 
 def make_spec(plan: Plan, knob_values: dict[str, Any], label: str, replicate: int = 0,
-              cache_dir: Optional[Path] = None) -> TrialSpec:
-    """The spec of one trial of ``plan``: its knob values overlay the plan's baseline."""
+              cache_dir: Optional[Path] = None, windows: Optional[int] = None) -> TrialSpec:
+    """The spec of one trial of ``plan``: its knob values overlay the plan's baseline; ``windows``: a repeat
+    process's timed windows where chosen (``engine.window_count``), else the plan's ``burst.repeats``."""
     effective = knobs.effective({**plan.baseline, **knob_values})
     script = plan.workload if isinstance(plan.workload, ScriptWorkload) else None
     script_knobs = sorted(set(plan.baseline) | set(plan.variables) | set(knob_values)) if script is not None else []
@@ -40,8 +41,11 @@ def make_spec(plan: Plan, knob_values: dict[str, Any], label: str, replicate: in
         "knobs": effective,
         # unset optional settings are left out, so trial ids (and resumes) of plans that do not use them stay as
         # they were
-        "burst": plan.burst.model_dump(exclude_none=True),
-        "accuracy_samples": accuracy_samples(plan),
+        "burst": (plan.burst if windows is None else plan.burst.model_copy(update={"repeats": windows}))
+        .model_dump(exclude_none=True),
+        # a repeat process has no accuracy window (the gate reads a configuration's first process): it warms up
+        # until its steps settle instead (``perftune.burst.settle``)
+        "accuracy_samples": accuracy_samples(plan) if replicate == 0 else 0,
         "replicate": replicate,
     }
     lr_scale = plan_lr_scale(plan, effective["batch_size"])

@@ -31,7 +31,10 @@ class PlanRecord(BaseModel):
 class BurstSettings(PlanRecord):
     warmup_steps: int = Field(3, ge=0, le=MAX_STEPS)
     steps: int = Field(30, ge=1, le=MAX_STEPS)
+    #: timed windows of a configuration's first process; its repeat processes choose theirs from what the
+    #: configuration's processes cost and how they vary (``perftune.engine.window_count``) unless ``windows: fixed``
     repeats: int = Field(3, ge=1, le=1000)
+    windows: Optional[Literal["chosen", "fixed"]] = None  # None: chosen
     profile_steps: int = Field(5, ge=0, le=1000)
     timeout_s: float = Field(300, gt=0, le=MAX_TIMEOUT_S)
     #: calibrate the timed windows as pyperf/timeit do: each window runs at least ``steps`` steps and at least this

@@ -23,11 +23,9 @@ RESULTS_SCHEMA_VERSION = 6
 
 TrialStatus = Literal["ok", "failed", "timeout", "oom", "unsupported"]
 PHASES = ("data", "forward", "backward", "optimizer", "communication", "other")
-#: communication above this share of the step: a distributed trial is flagged (ProfileSummary) and the report's
-#: bottleneck note points at the parallel strategy
+#: communication above this share of the step: a distributed trial is flagged (ProfileSummary, the report's note)
 COMMUNICATION_FLAG_SHARE = 0.20
-#: waiting for data at least this share of the step: the input pipeline is the bottleneck (the sweep then tries the
-#: data knobs first; the report's bottleneck note says so)
+#: waiting for data at least this share of the step: the input pipeline is the bottleneck (data knobs go first)
 DATA_BOUND_SHARE = 0.25
 
 
@@ -314,10 +312,9 @@ class TrialResult(Record):
     samples_per_step: Optional[int] = None
     tokens_per_sample: Optional[int] = None
     compile_ms: Optional[float] = None  # first step: graph compile + one step, to its completion (read-back)
-    #: graphs MindSpore made ready in this process, by where: "build" (before the first step: AMP's forward probes,
-    #: a script's own), a phase's steps ("accuracy", "warmup", "timed", "profiled"), "validation" (the accuracy
-    #: window's evaluation); empty where this MindSpore keeps no record (``compat.compiled_graphs``)
-    compiles: dict[str, int] = Field(default_factory=dict)
+    first_loss: Optional[float] = None  # the first step's loss (what a process with a cached graph is checked by)
+    compile_cache: Optional[Literal["filled", "loaded", "mismatch"]] = None  # what the cache did (burst/graph_check)
+    compiles: dict[str, int] = Field(default_factory=dict)  # graphs made ready, by phase (Meter.count_compiles)
     warmup_steps: int = 0
     windows: list[WindowStats] = Field(default_factory=list)
     samples_per_s: Optional[float] = None  # all timed samples / summed window time: batch / mean step (throughput())
@@ -399,3 +396,5 @@ class TrialSpec(Record):
     script_knobs: list[str] = Field(default_factory=list)
     #: a paired process: the reference (this spec) and ``pair``'s pipeline alternate, window by window, in one process
     pair: Optional[PairArm] = None
+    compile_cache: Optional[str] = None  # this configuration's compile cache folder (``engine.graph_cache``)
+    first_loss: Optional[float] = None  # its first process's first loss, which a cached graph must reproduce

@@ -96,6 +96,19 @@ class Why(Record):
     legacy: list[RatioPart] = Field(default_factory=list)  # a reason written before schema 4, ratios lifted out
 
 
+class WindowCount(Record):
+    """How many timed windows a repeat process ran, and why (``perftune.engine.window_count``, Kalibera and Jones:
+    ``optimum = sqrt(process_s / window_s * window_sd**2 / process_sd**2)``, rounded and bounded)."""
+
+    windows: int
+    optimum: float  # the formula's value before rounding and bounds
+    default: int  # the plan's burst.repeats, which the configuration's first process ran
+    process_s: float  # what a process costs besides its windows (median over the configuration's processes)
+    window_s: float  # one timed window
+    window_sd: float  # sd of log throughput between windows of one process (pooled)
+    process_sd: float  # sd between processes once the windows' own noise is taken out (floored)
+
+
 class SweepTrial(Record):
     """One trial as the sweep saw it: what changed, what it measured (``trial.json`` less per-step rows), why."""
 
@@ -112,6 +125,7 @@ class SweepTrial(Record):
     accuracy_changes: dict[str, Optional[float]] = Field(default_factory=dict)  # metric -> relative change
     reused: bool = False  # came from an earlier, interrupted run of the same sweep
     excluded: str = ""  # why this process's timing is not used (contended: measured again)
+    window_count: Optional[WindowCount] = None  # a repeat process: how its window count was chosen
     result: TrialResult
 
 

@@ -87,7 +87,7 @@ def verdict_class(verdict: str) -> str:
 # -- tables ----------------------------------------------------------------------------------------------------------
 #: where the Markdown tables' optional columns go in the HTML ones (which have no splits column)
 HTML_ANCHORS = {"samples/s": "samples_per_s", "data / fwd / bwd / opt / comm / other ms": "step_ms",
-                "change": "change"}
+                "change": "change", "compile s": "compile_s"}
 
 
 def table(df: pd.DataFrame, metric: str) -> dict:

@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from perftune.io.records import PHASES
+from perftune.io.records import PHASES, TrialResult
 from perftune.io.store import write_text_atomic
 from perftune.io.sweep_records import SweepResult, SweepTrial
 from perftune.report.process_rows import contention_mark, paired_row, used_process
@@ -39,6 +39,7 @@ def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
         "step_ms": r.step_ms_mean,  # the mean: what throughput and the splits are of; the median beside it
         "step_ms_median": r.step_ms_median,
         "compile_s": r.compile_ms / 1e3 if r.compile_ms is not None else None,
+        "step_graphs": step_graphs(r),
     })
     splits = r.profile.splits if r.profile and r.profile.splits else None
     for phase in PHASES:
@@ -156,11 +157,18 @@ def _fmt_speedup(row) -> str:
 #: models get tokens/s, perplexity and repetition; a profile that placed recomputed ops gets its part of backward.
 OPTIONAL_COLUMNS = [
     ("tokens/s", "tokens_per_s", ".0f", "samples/s"),
+    ("graphs compiled by the steps", "step_graphs", ".0f", "compile s"),
     ("recompute ms (of bwd)", "recompute_ms", ".2f", "data / fwd / bwd / opt / comm / other ms"),
     ("perplexity", "perplexity", ".2f", "change"),
     ("repetition", "repetition_rate", ".2f", "change"),
     ("script's validation", "script_validation", "s", "change"),
 ]
+
+
+def step_graphs(r: TrialResult) -> Optional[int]:
+    """The graphs a trial's training steps compiled (one per model since issue 38), or None where not counted."""
+    counts = [v for k, v in r.compiles.items() if k in ("accuracy", "warmup", "timed", "profiled")]
+    return sum(counts) if r.compiles else None
 
 
 def optional_columns(df: pd.DataFrame, metric: str) -> list[tuple[str, str, str, str]]:

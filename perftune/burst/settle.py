@@ -1,0 +1,74 @@
+"""Warm-up to steady state: how a repeat process knows its steps have settled.
+
+A configuration's first process warms up in its accuracy window (56 steps on the quickstart) and its fixed warm-up;
+a repeat process has no accuracy window (the gate reads the first process's), so it warms up until its step time
+stops moving instead of for a fixed count: a repeat that skipped the window with 3 warm-up steps measured x0.865 of
+first processes (README, "What a sweep does").  The rule is the one benchmark harnesses use to end warm-up
+(Barrett et al., "Virtual machine warmup blows hot and cold", 2017, compare successive segments; JMH and pyperf
+leave it to fixed counts): consecutive blocks of steps, each at least ``BLOCK_S`` and ``BLOCK_STEPS`` steps; the
+warm-up has settled when the last two blocks' median step times are within ``TOLERANCE`` of each other, and it
+ends anyway after ``MAX_S`` or ``MAX_STEPS`` (a note says so).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Optional
+
+from perftune.io.records import Note
+
+#: the shortest block: a block's median over fewer steps moved by a 4 ms scheduler tick on these machines
+BLOCK_STEPS = 5
+BLOCK_S = 0.25
+MAX_BLOCK_STEPS = 200  # sub-millisecond steps: a block of 200 steps is long enough
+#: two blocks within 5% of each other: the window-to-window spread of a settled process here is 3-8%
+TOLERANCE = 0.05
+#: the longest a repeat's warm-up may take (seconds of steps, or steps), settled or not
+MAX_S = 10.0
+MAX_STEPS = 2000
+
+
+@dataclass(frozen=True)
+class Settling:
+    """Where the warm-up stands: ``done`` once settled or out of time (``settled`` says which)."""
+
+    done: bool
+    settled: bool
+    block: int  # steps per block
+    change: Optional[float]  # the last block's median over the one before, less 1
+
+
+def block_steps(times_ms: list[float]) -> int:
+    """Steps per block: at least ``BLOCK_STEPS`` and ``BLOCK_S`` of the latest steps' median time."""
+    recent = statistics.median(times_ms[-BLOCK_STEPS:])
+    if recent <= 0:
+        return BLOCK_STEPS
+    return min(MAX_BLOCK_STEPS, max(BLOCK_STEPS, math.ceil(BLOCK_S * 1e3 / recent)))
+
+
+def settling(times_ms: list[float]) -> Settling:
+    """The warm-up steps so far (their times, in order) judged by the rule above."""
+    if not times_ms:
+        return Settling(False, False, BLOCK_STEPS, None)
+    block = block_steps(times_ms)
+    change = None
+    if len(times_ms) >= 2 * block:
+        before = statistics.median(times_ms[-2 * block:-block])
+        last = statistics.median(times_ms[-block:])
+        change = last / before - 1.0 if before > 0 else None
+        if abs(last - before) <= TOLERANCE * before:
+            return Settling(True, True, block, change)
+    return Settling(sum(times_ms) >= MAX_S * 1e3 or len(times_ms) >= MAX_STEPS, False, block, change)
+
+
+def note(state: Settling, steps: int) -> Note:
+    """How a repeat's warm-up ended: settled (info) or at its limit (warning)."""
+    change = f"{state.change:+.1%}" if state.change is not None else "not measured"
+    if state.settled:
+        return Note(kind="info", text=f"warm-up settled after {steps} steps: the last two blocks of {state.block} "
+                                      f"steps within {TOLERANCE:.0%} of each other ({change})")
+    return Note(kind="warning", text=f"warm-up did not settle within {MAX_S:.0f} s or {MAX_STEPS} steps ({steps} "
+                                     f"steps; the last two blocks of {state.block} steps {change} apart): the "
+                                     "timed windows may include a process still warming up")

@@ -1,0 +1,105 @@
+"""MindSpore's compile cache, one folder per configuration: a configuration's later processes load the graphs its
+first process compiled instead of compiling them again (issue 38).
+
+MindSpore's cache (``MS_COMPILER_CACHE_ENABLE`` / ``MS_COMPILER_CACHE_PATH``) names its files by the order of the
+compiles in a process (``compile_cache_<n>.mindir``) and checks only the source files they came from, not what was
+compiled: ``experiments/benchmarks/compile_cache_order.py`` saw 2 of 4 processes sharing one folder served another
+function's graph.  So each configuration has its own folder, keyed by everything that can change its graphs, and
+only where perftune knows the order of the compiles: its own one-process workloads in graph mode, where every
+process compiles AMP's forward probes (the same for a configuration), then the one training step (``TrainStep``),
+and a first process then its validation graphs; a repeat or a paired process compiles the same sequence up to the
+step.  A script compiles in its own order, so scripts do not use the cache.
+
+A process that may have loaded its step from the cache carries its configuration's first loss (``first_loss``):
+the burst checks its own first step against it (``perftune.burst.graph_check``), and the runner removes a folder
+that served another graph and measures the process again without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Callable, Optional
+
+from perftune.io.records import Note, TrialResult, TrialSpec
+from perftune.knobs import model_change
+
+#: what a configuration's graphs do not depend on: which process it is, how long it is timed, where files go
+NOT_IN_KEY = {"trial_id", "label", "replicate", "accuracy_samples", "burst", "pair", "cache_dir", "compile_cache",
+              "first_loss", "distributed"}
+FOLDER = "compile"
+
+
+def why_not(spec: TrialSpec) -> Optional[str]:
+    """Why this process does not use the compile cache, or None where it does."""
+    if spec.cache_dir is None:
+        return "the trial has no cache folder"
+    if spec.script is not None:
+        return "a script compiles its graphs in its own order"
+    if int(spec.knobs.get("workers", 1)) >= 2:
+        return "distributed bursts compile per rank"
+    if spec.knobs.get("mode") != "graph":
+        return "PyNative runs the step without compiling it"
+    if spec.pair is not None and model_change(spec.knobs, spec.pair.knobs):
+        return "a paired process of two models compiles both arms' graphs in an order of its own"
+    if spec.knobs.get("train_step") == "function":
+        return ("an ms.jit function step loaded from MindSpore's compile cache trains with NaN losses (2.10, CPU: "
+                "experiments/benchmarks/compile_cache_order.py); a Cell step loads correctly")
+    return None
+
+
+def cache_key(spec: TrialSpec) -> str:
+    fields = spec.model_dump(mode="json", exclude=NOT_IN_KEY)
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def with_cache(spec: TrialSpec, first: Optional[TrialResult] = None) -> TrialSpec:
+    """``spec`` with its configuration's compile cache folder (unchanged where the cache is not used); ``first``:
+    the configuration's finished first process, for a later process (which loads the folder and is checked by its
+    first loss); without it the process compiles cold into an emptied folder.  A later process whose first process
+    left no first loss does not use the cache."""
+    if why_not(spec) is not None:
+        return spec
+    loss = first_loss_of(first)
+    if first is not None and loss is None:
+        return spec
+    folder = Path(spec.cache_dir) / FOLDER / cache_key(spec)
+    return spec.model_copy(update={"compile_cache": str(folder), "first_loss": loss})
+
+
+def for_process(spec: TrialSpec, first: Optional[TrialResult]) -> TrialSpec:
+    """``spec`` as the sweep runs it: a configuration's first process compiles cold into the folder; a repeat or a
+    paired process loads it once the first process (``first``, arm 0's configuration's) has finished."""
+    if spec.replicate == 0 and spec.pair is None:
+        return with_cache(spec)
+    return with_cache(spec, first) if first is not None else spec
+
+
+def run_checked(run: Callable[[TrialSpec], TrialResult], spec: TrialSpec) -> TrialResult:
+    """``run(spec)``; where the compile cache served another graph (the burst's first loss check failed), the folder
+    is removed and the process measured again compiling its own graphs, with a warning note."""
+    result = run(spec)
+    if result.compile_cache != "mismatch":
+        return result
+    drop(spec)
+    result = run(spec.model_copy(update={"compile_cache": None, "first_loss": None}))
+    result.notes.append(Note(kind="warning", text=f"the compile cache {spec.compile_cache} served another graph "
+                                                  "(first loss not reproduced): removed, and this process measured "
+                                                  "again compiling its own"))
+    return result
+
+
+def first_loss_of(result: Optional[TrialResult]) -> Optional[float]:
+    """A finished first process's first loss, for its configuration's later processes."""
+    if result is None or result.status != "ok" or result.first_loss is None or not math.isfinite(result.first_loss):
+        return None
+    return result.first_loss
+
+
+def drop(spec: TrialSpec) -> None:
+    """Remove a folder that served another graph (its next process compiles afresh and fills it again)."""
+    if spec.compile_cache:
+        shutil.rmtree(spec.compile_cache, ignore_errors=True)
