@@ -281,18 +281,24 @@ def test_an_unreadable_trial_file_is_recorded_with_why(tmp_path_factory):
     assert "99" in result.reason
 
 
-def test_a_repeat_process_skips_the_profile_but_not_the_accuracy_window(tmp_path_factory):
-    """Repeats of a configuration are timed after the same history as its first process (accuracy window, warm-up)
-    and leave the profile to it; their trial.json is complete otherwise."""
+def test_a_repeat_process_skips_the_profile_and_the_accuracy_window(tmp_path_factory):
+    """Repeats of a configuration leave the profile and the accuracy window to its first process and warm up until
+    their step time settles, for at most the first process's untimed samples; their trial.json is complete
+    otherwise, with one step graph compiled."""
     plan = plan_for()
     spec = make_spec(plan, {}, "baseline", replicate=1, cache_dir=tmp_path_factory.getbasetemp() / "cache")
     result = run_trial(spec, tmp_path_factory.mktemp("repeat"))
     assert result.status == "ok", (result.reason, result.log_tail)
     phases = [s.phase for s in result.steps]
     assert "profiled" not in phases and result.profile is None
-    assert phases.count("accuracy") > 0 and result.accuracy is not None and result.accuracy.val_loss is not None
+    assert "accuracy" not in phases and result.accuracy is None
+    # the settle's budget (the first process's untimed steps, the compile beside them) and the drain's cap (4 x
+    # (prefetch_size + 2)) at most
+    assert result.warmup_steps <= spec.accuracy_samples // 32 + TINY_BURST["warmup_steps"] + 1 + 4 * (2 + 2)
     assert len(result.windows) == TINY_BURST["repeats"] and result.samples_per_s
     assert any("repeat process 2" in n.text for n in result.notes)
+    assert any(n.text.startswith("warm-up settled") or "did not settle" in n.text for n in result.notes)
+    assert sum(v for k, v in result.compiles.items() if k != "build") == 1
 
 
 def test_the_drain_ends_when_the_queue_runs_dry_is_spent_or_takes_too_long():

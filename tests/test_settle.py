@@ -70,12 +70,10 @@ def test_a_repeat_process_is_timed_after_its_warm_up_settled(tmp_path, monkeypat
     within 10% of the steady step, where a fixed 3-step warm-up would have timed steps 50-70% slower."""
     clock = Clock()
     monkeypatch.setattr(meter_module, "time", SimpleNamespace(perf_counter=clock.perf_counter))
-    plan = parse_plan({"name": "a", "workload": "mlp", "accuracy": {"samples": 320, "seeds": 1},
+    plan = parse_plan({"name": "a", "workload": "mlp", "accuracy": {"samples": 3200, "seeds": 1},
                        "burst": {"drain_s": 0, "warmup_steps": 3, "steps": 10, "repeats": 2, "profile_steps": 0}},
                       "t")
-    assert make_spec(plan, {}, "baseline").accuracy_samples == 320  # the first process keeps its window
-    spec = make_spec(plan, {}, "baseline", replicate=1)
-    assert spec.accuracy_samples == 0
+    spec = make_spec(plan, {}, "baseline", replicate=1)  # its warm-up's budget: 3200 samples + 3 steps (103 steps)
     meter = Meter(spec, tmp_path)
     times = [5000.0] + warming(1000)  # the compile, then the warming steps
     meter.start()
@@ -91,3 +89,23 @@ def test_a_repeat_process_is_timed_after_its_warm_up_settled(tmp_path, monkeypat
     assert warming(4)[3] > 1.5 * 100.0  # what timing after the fixed 3 steps would have started from
     assert any(n.kind == "info" and n.text.startswith(f"warm-up settled after {result.warmup_steps} steps")
                for n in result.notes)
+
+
+def test_a_repeat_warms_up_for_no_more_samples_than_the_first_process_trained_untimed(tmp_path, monkeypatch):
+    """A process still warming up when its budget (the accuracy window's samples and the warm-up steps: what the
+    first process trained before its timed steps) is spent is timed anyway, with a warning: a script with a fixed
+    number of epochs has no more steps to give it."""
+    clock = Clock()
+    monkeypatch.setattr(meter_module, "time", SimpleNamespace(perf_counter=clock.perf_counter))
+    plan = parse_plan({"name": "a", "workload": "mlp", "accuracy": {"samples": 320, "seeds": 1},
+                       "burst": {"drain_s": 0, "warmup_steps": 3, "steps": 10, "repeats": 2, "profile_steps": 0}},
+                      "t")
+    meter = Meter(make_spec(plan, {}, "baseline", replicate=1), tmp_path)
+    meter.start()
+    for step_ms in [5000.0] + warming(1000, rate=0.97):
+        meter.begin()
+        clock.now += step_ms / 1e3
+        if meter.end(1.0, 32):
+            break
+    assert meter.result.warmup_steps == 320 // 32 + 3  # the budget, the compile step included
+    assert any(n.kind == "warning" and "did not settle within 13 steps" in n.text for n in meter.result.notes)

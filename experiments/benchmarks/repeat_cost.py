@@ -99,7 +99,8 @@ def summary(rows: list[dict]) -> list[str]:
                 if not k:
                     continue
                 lines.append(
-                    f"  {Path(plan).stem:<11} {tree:<4} {kind:<6} n={len(k):<2} wall {fmt(median([r['wall_s'] for r in k]), '.1f')} s"
+                    f"  {Path(plan).stem:<11} {tree:<4} {kind:<6} n={len(k):<2} "
+                    f"wall {fmt(median([r['wall_s'] for r in k]), '.1f')} s"
                     f", timed {fmt(median([r['timed_s'] / r['wall_s'] for r in k]), '.0%')}"
                     f", compile {fmt(median([r['compile_ms'] for r in k]), '.0f')} ms"
                     f", step graphs {fmt(median([r['step_compiles'] for r in k]), '.0f')}"

@@ -73,15 +73,15 @@ class CandidateSweep(Sweep):
     def singles(self) -> list[dict[str, Any]]:
         return [{"variant": name} for name in self.variants]
 
-    def _spec(self, changes: dict[str, Any], replicate: int = 0) -> TrialSpec:
+    def _spec(self, changes: dict[str, Any], replicate: int = 0, windows: Optional[int] = None) -> TrialSpec:
         if not changes:
-            return make_spec(self.plan, {}, "baseline", replicate, self.procs.cache_dir)
+            return make_spec(self.plan, {}, "baseline", replicate, self.procs.cache_dir, windows)
         name = changes["variant"]
         overlay = self.variants[name]
         plan = self.plan
         if overlay is not None:
             plan = plan.model_copy(update={"workload_params": {**plan.workload_params, **overlay}})
-        spec = make_spec(plan, {}, f"variant={name}", replicate, self.procs.cache_dir)
+        spec = make_spec(plan, {}, f"variant={name}", replicate, self.procs.cache_dir, windows)
         if overlay is None:  # the baseline's spec under its own id: its processes are not the baseline's
             spec = spec.model_copy(update={"trial_id": hashlib.sha256(
                 f"{spec.trial_id}/{name}".encode()).hexdigest()[:12]})

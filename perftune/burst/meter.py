@@ -66,8 +66,9 @@ class Meter:
         self.grad_norms = grad_norms  # the driver passes each accuracy step's gradient norm (perftune's own step)
         # a repeat process: every phase but the profile (the first process has it); a paired process likewise
         self.repeat = spec.replicate > 0 or spec.pair is not None
-        # a repeat without an accuracy window warms up until its step time settles (``settle``), not for a count
-        self.settles = spec.replicate > 0 and spec.pair is None and spec.accuracy_samples == 0
+        # a repeat skips the accuracy window and warms up until its step time settles (``settle``), for at most the
+        # samples the first process trained before its timed steps (so it fits wherever the first process did)
+        self.settles = spec.replicate > 0 and spec.pair is None
         self.settled_steps: list[StepRecord] = []  # such a warm-up's steps after the compile
         #: ``agree``: a distributed burst's ranks take the same phase decisions (the largest of their values)
         self.arms = Arms(spec, agree)
@@ -167,7 +168,7 @@ class Meter:
         """Whether the current phase has all its steps."""
         b, n = self.spec.burst, len(self.in_phase)
         if self.phase == "accuracy":
-            return self.samples_seen >= self.spec.accuracy_samples
+            return self.settles or self.samples_seen >= self.spec.accuracy_samples
         if self.phase == "warmup":
             return n >= b.warmup_steps and (not self.settles or self.settling().done)
         if self.phase == "drain":  # a settled warm-up after the compile drained the queue as the drain would
@@ -213,8 +214,12 @@ class Meter:
             self.finish()
 
     def settling(self) -> settle.Settling:
-        """The warm-up's steps judged for a steady state; the process's first step (its compile) left out."""
-        return settle.settling([r.step_ms for r in self.in_phase if r is not self.records[0]])
+        """The warm-up's steps judged for a steady state; the process's first step (its compile) left out; out of
+        budget past the first process's untimed samples (its accuracy window and warm-up steps)."""
+        per_step = self.in_phase[-1].samples_seen // len(self.in_phase) if self.in_phase else 0
+        budget = self.spec.accuracy_samples + self.spec.burst.warmup_steps * per_step
+        return settle.settling([r.step_ms for r in self.in_phase if r is not self.records[0]],
+                               spent=bool(self.in_phase) and self.samples_seen >= budget)
 
     def leave(self) -> None:
         self.graphs.count(RECORD_PHASE.get(self.phase, self.phase))

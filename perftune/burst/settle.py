@@ -7,7 +7,9 @@ first processes (README, "What a sweep does").  The rule is the one benchmark ha
 (Barrett et al., "Virtual machine warmup blows hot and cold", 2017, compare successive segments; JMH and pyperf
 leave it to fixed counts): consecutive blocks of steps, each at least ``BLOCK_S`` and ``BLOCK_STEPS`` steps; the
 warm-up has settled when the last two blocks' median step times are within ``TOLERANCE`` of each other, and it
-ends anyway after ``MAX_S`` or ``MAX_STEPS`` (a note says so).
+ends anyway after ``MAX_S``, ``MAX_STEPS``, or as many samples as the first process trained before its timed steps
+(its accuracy window and warm-up: a repeat never needs more steps than the first process, which matters to a script
+with a fixed number of epochs) (a note says so).
 """
 
 from __future__ import annotations
@@ -48,8 +50,9 @@ def block_steps(times_ms: list[float]) -> int:
     return min(MAX_BLOCK_STEPS, max(BLOCK_STEPS, math.ceil(BLOCK_S * 1e3 / recent)))
 
 
-def settling(times_ms: list[float]) -> Settling:
-    """The warm-up steps so far (their times, in order) judged by the rule above."""
+def settling(times_ms: list[float], spent: bool = False) -> Settling:
+    """The warm-up steps so far (their times, in order) judged by the rule above; ``spent``: the warm-up has had
+    as many samples as the first process's untimed steps, and ends (unsettled) if it has not settled."""
     if not times_ms:
         return Settling(False, False, BLOCK_STEPS, None)
     block = block_steps(times_ms)
@@ -60,7 +63,7 @@ def settling(times_ms: list[float]) -> Settling:
         change = last / before - 1.0 if before > 0 else None
         if abs(last - before) <= TOLERANCE * before:
             return Settling(True, True, block, change)
-    return Settling(sum(times_ms) >= MAX_S * 1e3 or len(times_ms) >= MAX_STEPS, False, block, change)
+    return Settling(spent or sum(times_ms) >= MAX_S * 1e3 or len(times_ms) >= MAX_STEPS, False, block, change)
 
 
 def note(state: Settling, steps: int) -> Note:
@@ -69,6 +72,7 @@ def note(state: Settling, steps: int) -> Note:
     if state.settled:
         return Note(kind="info", text=f"warm-up settled after {steps} steps: the last two blocks of {state.block} "
                                       f"steps within {TOLERANCE:.0%} of each other ({change})")
-    return Note(kind="warning", text=f"warm-up did not settle within {MAX_S:.0f} s or {MAX_STEPS} steps ({steps} "
-                                     f"steps; the last two blocks of {state.block} steps {change} apart): the "
-                                     "timed windows may include a process still warming up")
+    return Note(kind="warning", text=f"warm-up did not settle within {steps} steps (at most {MAX_S:.0f} s, "
+                                     f"{MAX_STEPS} steps, or the first process's untimed samples; the last two "
+                                     f"blocks of {state.block} steps {change} apart): the timed windows may include "
+                                     "a process still warming up")

@@ -110,7 +110,7 @@ class Processes:
         key = self.spec(changes).trial_id
         with self.lock:  # a repeat's timed windows, from its configuration's processes so far
             done, noise = [t.result for t in self.of.get(key, []) if not t.excluded], Noise.pooled(self.runs)
-        choice = window_count.for_repeat(self.plan.burst, replicate, done, noise)
+        choice = window_count.for_repeat(self.plan, replicate, done, noise)
         spec = graph_cache.for_process(self.spec(changes, replicate, choice.windows if choice else None),
                                        self.first_result(key))
         if lane is None:  # the lanes' runner says itself what runs where

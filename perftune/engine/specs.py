@@ -14,8 +14,9 @@ from perftune.io.plan import Plan, ScriptWorkload
 from perftune.io.records import PairArm, TrialSpec
 
 #: part of every trial id.  Bumped when what a trial measures changes (so older trials are not reused), not when
-#: the trial.json format does: the schema upgrades in ``perftune.io.schema`` keep older files reusable.
-TRIAL_ID_VERSION = 1
+#: the trial.json format does: the schema upgrades in ``perftune.io.schema`` keep older files reusable.  2 (issue
+#: 38): one graph per process (the gradient norm switched in it), repeats without the accuracy window
+TRIAL_ID_VERSION = 2
 #: knobs added to the registry after trial ids were fixed: hashed only away from their default, so the ids (and
 #: resumes) of earlier sweeps stay as they were
 LATER_KNOBS = ("dataset_autotune",)
@@ -29,7 +30,9 @@ def trial_id(fields: dict[str, Any]) -> str:
 def make_spec(plan: Plan, knob_values: dict[str, Any], label: str, replicate: int = 0,
               cache_dir: Optional[Path] = None, windows: Optional[int] = None) -> TrialSpec:
     """The spec of one trial of ``plan``: its knob values overlay the plan's baseline; ``windows``: a repeat
-    process's timed windows where chosen (``engine.window_count``), else the plan's ``burst.repeats``."""
+    process's timed windows where chosen (``engine.window_count``), else the plan's ``burst.repeats``.  A repeat
+    (``replicate > 0``) keeps the plan's ``accuracy_samples``: it skips the window (``burst.settle``), but warms up
+    for no more samples than that and the warm-up steps, so it needs no more steps than the first process did."""
     effective = knobs.effective({**plan.baseline, **knob_values})
     script = plan.workload if isinstance(plan.workload, ScriptWorkload) else None
     script_knobs = sorted(set(plan.baseline) | set(plan.variables) | set(knob_values)) if script is not None else []
@@ -41,11 +44,8 @@ def make_spec(plan: Plan, knob_values: dict[str, Any], label: str, replicate: in
         "knobs": effective,
         # unset optional settings are left out, so trial ids (and resumes) of plans that do not use them stay as
         # they were
-        "burst": (plan.burst if windows is None else plan.burst.model_copy(update={"repeats": windows}))
-        .model_dump(exclude_none=True),
-        # a repeat process has no accuracy window (the gate reads a configuration's first process): it warms up
-        # until its steps settle instead (``perftune.burst.settle``)
-        "accuracy_samples": accuracy_samples(plan) if replicate == 0 else 0,
+        "burst": plan.burst.model_dump(exclude_none=True),
+        "accuracy_samples": accuracy_samples(plan),
         "replicate": replicate,
     }
     lr_scale = plan_lr_scale(plan, effective["batch_size"])
@@ -59,6 +59,8 @@ def make_spec(plan: Plan, knob_values: dict[str, Any], label: str, replicate: in
     dist = plan.distributed
     if dist is not None and dist.nodes > 1:  # where the ranks run changes the measurement; node_rank/port do not
         hashed["nodes"] = dist.nodes
+    if windows is not None:  # not in the id: a resumed sweep reuses a repeat whatever count it chose then
+        fields["burst"] = plan.burst.model_copy(update={"repeats": windows}).model_dump(exclude_none=True)
     return TrialSpec(trial_id=trial_id(hashed), label=label, lr_scale=lr_scale,
                      cache_dir=str(cache_dir) if cache_dir else None, distributed=dist, script=script,
                      script_knobs=script_knobs, **fields)

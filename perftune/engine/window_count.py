@@ -21,7 +21,7 @@ import statistics
 from typing import Optional, Sequence
 
 from perftune.engine.stats import Noise
-from perftune.io.plan import BurstSettings
+from perftune.io.plan import Plan, ScriptWorkload
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import WindowCount
 
@@ -64,10 +64,10 @@ def choose(results: Sequence[TrialResult], noise: Noise, default: int) -> Option
                         window_sd=math.sqrt(var_w), process_sd=math.sqrt(var_p))
 
 
-def for_repeat(burst: BurstSettings, replicate: int, results: Sequence[TrialResult], noise: Noise) -> \
-        Optional[WindowCount]:
-    """The windows of process ``replicate`` of a configuration: chosen for a repeat (``choose``), None for a first
-    process or under ``burst.windows: fixed`` (the plan's ``repeats``)."""
-    if replicate == 0 or burst.windows == "fixed":
+def for_repeat(plan: Plan, replicate: int, results: Sequence[TrialResult], noise: Noise) -> Optional[WindowCount]:
+    """The windows of process ``replicate`` of a configuration: chosen for a repeat (``choose``), None (the plan's
+    ``repeats``) for a first process, under ``burst.windows: fixed``, or for a script (it trains as long as it does:
+    more windows than the first process had could outlast its epochs)."""
+    if replicate == 0 or plan.burst.windows == "fixed" or isinstance(plan.workload, ScriptWorkload):
         return None
-    return choose(results, noise, burst.repeats)
+    return choose(results, noise, plan.burst.repeats)
