@@ -13,7 +13,7 @@ The phases, in order (a phase of zero size is skipped: ``accuracy_samples`` 0, `
 
 1. accuracy: from the first step until ``accuracy_samples`` samples were seen (its first step, the graph compile
    to its completion, is ``compile_ms``), then the route's validation (``accuracy_end``).  A configuration's first
-   process runs it; its repeats (``accuracy_samples`` 0) do not.
+   process runs it; its repeats do not (the gate reads the first process's).
 2. warm-up: ``warmup_steps`` steps; in a repeat, then on until its step time settles (``settle``: a repeat that
    skipped the accuracy window with a fixed warm-up measured x0.865 of first processes).
 3. drain: the batches the pipeline prefetched during compile and validation, so that a data stall cannot hide
@@ -64,11 +64,10 @@ class Meter:
         self.dir = Path(out_dir)
         self.result = result if result is not None else failed_result(spec, "failed", None)
         self.grad_norms = grad_norms  # the driver passes each accuracy step's gradient norm (perftune's own step)
-        # a repeat process: every phase but the profile (the first process has it); a paired process likewise
-        self.repeat = spec.replicate > 0 or spec.pair is not None
+        self.repeat = spec.replicate > 0 or spec.pair is not None  # no profile (the first process has it)
         # a repeat skips the accuracy window and warms up until its step time settles (``settle``), for at most the
-        # samples the first process trained before its timed steps (so it fits wherever the first process did)
-        self.settles = spec.replicate > 0 and spec.pair is None
+        # first process's untimed samples; not on a distributed burst, whose ranks must take the same decisions
+        self.settles = spec.replicate > 0 and spec.pair is None and agree is None
         self.settled_steps: list[StepRecord] = []  # such a warm-up's steps after the compile
         #: ``agree``: a distributed burst's ranks take the same phase decisions (the largest of their values)
         self.arms = Arms(spec, agree)
@@ -264,5 +263,6 @@ def needed_steps(meter: Meter) -> str:
     """What the burst needs, for a "training ended early" reason."""
     b = meter.spec.burst
     profile = 0 if meter.repeat else b.profile_steps
-    return (f"the accuracy window ({meter.spec.accuracy_samples} samples), {b.warmup_steps} warm-up steps and "
-            f"the drain, {b.repeats} x {meter.windows.steps} timed and {profile} profiled steps")
+    first = (f"a warm-up of up to {meter.spec.accuracy_samples} samples and {b.warmup_steps} steps" if meter.settles
+             else f"the accuracy window ({meter.spec.accuracy_samples} samples), {b.warmup_steps} warm-up steps")
+    return f"{first} and the drain, {b.repeats} x {meter.windows.steps} timed and {profile} profiled steps"
