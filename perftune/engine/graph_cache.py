@@ -79,16 +79,19 @@ def for_process(spec: TrialSpec, first: Optional[TrialResult]) -> TrialSpec:
 
 
 def run_checked(run: Callable[[TrialSpec], TrialResult], spec: TrialSpec) -> TrialResult:
-    """``run(spec)``; where the compile cache served another graph (the burst's first loss check failed), the folder
-    is removed and the process measured again compiling its own graphs, with a warning note."""
+    """``run(spec)``; where the compile cache served another graph (the burst's first loss check failed) or a process
+    that loaded it failed, the folder is removed and the process measured again compiling its own graphs, with a
+    warning note: a cache that fails is never the trial's result."""
     result = run(spec)
-    if result.compile_cache != "mismatch":
+    failed_loaded = result.status != "ok" and result.compile_cache == "loaded"
+    if result.compile_cache != "mismatch" and not failed_loaded:
         return result
     drop(spec)
+    why = "served another graph (first loss not reproduced)" if not failed_loaded else \
+        f"was loaded by a process that then failed ({result.status}: {result.reason})"
     result = run(spec.model_copy(update={"compile_cache": None, "first_loss": None}))
-    result.notes.append(Note(kind="warning", text=f"the compile cache {spec.compile_cache} served another graph "
-                                                  "(first loss not reproduced): removed, and this process measured "
-                                                  "again compiling its own"))
+    result.notes.append(Note(kind="warning", text=f"the compile cache {spec.compile_cache} {why}: removed, and this "
+                                                  "process measured again compiling its own"))
     return result
 
 
