@@ -95,7 +95,7 @@ class Burst:
                                                "Python preprocessing map"))
 
     def build_steps(self) -> Any:
-        """The accuracy phase's step and the timed one; returns the data-parallel gradient reducer (or None)."""
+        """The step every phase runs; returns the data-parallel gradient reducer (or None)."""
         from perftune.burst.train_step import NetWithLoss, build_train_step
 
         spec, k = self.spec, self.k
