@@ -14,9 +14,10 @@ from perftune.io.plan import Plan, ScriptWorkload
 from perftune.io.records import PairArm, TrialSpec
 
 #: part of every trial id.  Bumped when what a trial measures changes (so older trials are not reused), not when
-#: the trial.json format does: the schema upgrades in ``perftune.io.schema`` keep older files reusable.  2 (issue
-#: 38): one graph per process (the gradient norm switched in it), repeats without the accuracy window
-TRIAL_ID_VERSION = 2
+#: the trial.json format does: the schema upgrades in ``perftune.io.schema`` keep older files reusable.  Not bumped
+#: by issue 38 (one graph per process, repeats without the accuracy window): an older trial still measured the same
+#: configuration, and a resumed older sweep must not run again
+TRIAL_ID_VERSION = 1
 #: knobs added to the registry after trial ids were fixed: hashed only away from their default, so the ids (and
 #: resumes) of earlier sweeps stay as they were
 LATER_KNOBS = ("dataset_autotune",)
