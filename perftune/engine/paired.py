@@ -81,15 +81,14 @@ def pairable_change(reference: dict[str, Any], candidate: dict[str, Any], worklo
 
 
 def fits_twice(reference: Optional[TrialResult], candidate: Optional[TrialResult],
-               available_bytes: Optional[int] = -1) -> bool:
+               available_bytes: Optional[int]) -> bool:
     """Whether both models fit one process: their first processes' peak host memory together within
-    ``MEMORY_SHARE`` of ``available_bytes`` (default: what the machine has now, ``available_memory``); never off
-    CPU (a device's capacity is not known to perftune) nor without both first processes' memory."""
+    ``MEMORY_SHARE`` of ``available_bytes`` (``available_memory``); never off CPU (a device's capacity is not known
+    to perftune) nor without both first processes' memory."""
     if reference is None or candidate is None or reference.device != "CPU":
         return False
     peaks = [r.memory.host_rss_peak_bytes for r in (reference, candidate)]
-    available = available_memory() if available_bytes == -1 else available_bytes
-    return available is not None and None not in peaks and sum(peaks) <= MEMORY_SHARE * available
+    return available_bytes is not None and None not in peaks and sum(peaks) <= MEMORY_SHARE * available_bytes
 
 
 def available_memory() -> Optional[int]:

@@ -23,6 +23,7 @@ from perftune.engine import graph_cache, window_count
 from perftune.engine.blocked import process_run
 from perftune.engine.paired import (
     PairedRun,
+    available_memory,
     counterbalanced,
     fits_twice,
     pairable_change,
@@ -148,8 +149,7 @@ class Processes:
 
     # -- paired processes (``engine/paired.py``) ------------------------------------------------------------------
     def pairable(self, reference: Hashable, candidate: Hashable) -> Optional[str]:
-        """Why ``candidate`` can be compared with ``reference`` in one process, or None (``paired.pairable_change``;
-        not a script's, a distributed burst, with ``decision.paired`` off, two models that do not fit twice)."""
+        """Why ``candidate`` pairs with ``reference`` in one process, or None (``pairable_change``, ``fits_twice``)."""
         if not self.plan.decision.paired:
             return None
         ref, cand = self.spec(self.configs[reference][0]), self.spec(self.configs[candidate][0])
@@ -158,7 +158,8 @@ class Processes:
         why = pairable_change(ref.knobs, cand.knobs, ref.workload, ref.workload_params, cand.workload_params)
         if why is None or not knobs.model_change(ref.knobs, cand.knobs):
             return why
-        return why if fits_twice(self.first_result(reference), self.first_result(candidate)) else None
+        firsts = self.first_result(reference), self.first_result(candidate)
+        return why if fits_twice(*firsts, available_memory()) else None
 
     def measure_pair(self, reference: Hashable, candidate: Hashable) -> Optional[PairedRun]:
         """One paired process of ``candidate`` against ``reference`` (reused when an earlier run finished it),

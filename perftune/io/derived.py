@@ -78,3 +78,12 @@ def derived_mismatch(result: TrialResult) -> Optional[str]:
         return (f"trial {result.trial_id} stores tokens_per_s {result.tokens_per_s:.6g}, its samples/s give "
                 f"{stored * result.tokens_per_sample:.6g}: the file was edited or corrupted")
     return None
+
+
+#: the phases whose steps run the training step: its compiles, as against the build's and the validation's
+STEP_PHASES = ("accuracy", "warmup", "timed", "profiled")
+
+
+def step_compiles(result: TrialResult) -> dict[str, int]:
+    """``result.compiles`` of the training step's phases (one graph per model since issue 38)."""
+    return {k: v for k, v in result.compiles.items() if k in STEP_PHASES}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from perftune.io.derived import step_compiles
 from perftune.io.files import RESULTS_NAME
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult
@@ -216,7 +217,7 @@ def compiles_text(r: TrialResult) -> str:
     the burst could not count them."""
     if not r.compiles:
         return ""
-    steps = {k: v for k, v in r.compiles.items() if k in ("accuracy", "warmup", "timed", "profiled")}
+    steps = step_compiles(r)
     other = {k: v for k, v in r.compiles.items() if k not in steps}
 
     def part(counts: dict[str, int]) -> str:

@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
+from perftune.io.derived import step_compiles
 from perftune.io.records import PHASES, TrialResult
 from perftune.io.store import write_text_atomic
 from perftune.io.sweep_records import SweepResult, SweepTrial
@@ -167,8 +168,7 @@ OPTIONAL_COLUMNS = [
 
 def step_graphs(r: TrialResult) -> Optional[int]:
     """The graphs a trial's training steps compiled (one per model since issue 38), or None where not counted."""
-    counts = [v for k, v in r.compiles.items() if k in ("accuracy", "warmup", "timed", "profiled")]
-    return sum(counts) if r.compiles else None
+    return sum(step_compiles(r).values()) if r.compiles else None
 
 
 def optional_columns(df: pd.DataFrame, metric: str) -> list[tuple[str, str, str, str]]:
