@@ -225,6 +225,16 @@ def test_the_gate_and_drain_fields_are_bounded_and_named(tmp_path, section, fiel
     assert f"(got {value})" in line
 
 
+def test_burst_windows_names_what_is_allowed(tmp_path):
+    """Issue 38's ``burst.windows`` (chosen or fixed): anything else is one line naming the field and both values."""
+    path = tmp_path / "p.yaml"
+    path.write_text("name: p\nworkload: mlp\nburst: {windows: sometimes}\n")
+    with pytest.raises(UserError) as err:
+        load_plan(path)
+    (line,) = [ln for ln in str(err.value).splitlines() if "burst.windows" in ln]
+    assert "'chosen'" in line and "'fixed'" in line and "sometimes" in line
+
+
 def test_an_empty_seed_arg_is_refused_naming_it(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text("name: p\nworkload: {script: train.py, seed_arg: ''}\n")
