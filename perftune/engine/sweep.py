@@ -42,7 +42,7 @@ from perftune.engine.processes import Processes, TrialRunner
 from perftune.engine.progress import SilentProgress, SweepProgress, most_lines
 from perftune.engine.race import Race
 from perftune.engine.sequential import decide
-from perftune.engine.stats import Noise, Policy, ProcessRun, benjamini_hochberg
+from perftune.engine.stats import Noise, Policy, ProcessRun, benjamini_hochberg, compare
 from perftune.io.outdir import clear_own
 from perftune.io.plan import Plan
 from perftune.io.sweep_records import (
@@ -56,6 +56,8 @@ from perftune.io.sweep_records import (
 from perftune.words import lm, reasons, rules
 
 FAILED = FAILED_VERDICTS
+#: the reference of the sweep's A/A check (``aa_check``): the baseline's earlier half of processes
+AA_REFERENCE = "baseline (earlier runs)"
 label_of = knobs.label_of
 
 
@@ -225,15 +227,19 @@ class Sweep:
         return [self.first(k) for k in keys]
 
     def aa_check(self) -> None:
-        """The baseline's last usable process against its first: how far the machine drifted over the singles."""
+        """The baseline's later usable processes against its earlier ones (the later half in measured order against
+        the earlier half): how far the machine drifted over the singles, from every baseline process the race
+        measured anyway.  The first against the last alone, one process each, gave the quickstart +-19-21%, the
+        between-process noise of two processes rather than the machine's drift."""
         base_runs = [r for r in self.runs if r.config == self.base]
         base_runs = [r for r in base_runs if r.node == base_runs[0].node] if base_runs else []  # one machine's drift
         if len(base_runs) > 1:
-            # the two processes as measured (their contention included), renamed so they compare as a pair
-            pair = [replace(base_runs[0], config="first", remeasured=0),
-                    replace(base_runs[-1], config="last", remeasured=0)]
-            d = decide(pair, "last", "first", self.record_noise(), self.policy, looks=1)
-            self.result.aa_check = verdicts.record(d, "baseline (run 1)", final=False) if d else None
+            # the processes as measured (their contention included); independent groups, looked at once
+            half = len(base_runs) // 2
+            earlier, later = [replace(r, remeasured=0) for r in base_runs[:half]], \
+                [replace(r, remeasured=0) for r in base_runs[half:]]
+            d = compare(earlier, later, self.record_noise(), self.policy)
+            self.result.aa_check = verdicts.record(d, AA_REFERENCE, final=False)
         pairable = [k for k in self.procs.configs if k != self.base and self.procs.pairable(self.base, k)]
         if pairable and self.parallel is None:  # the sweep compares in paired processes: their own A/A check
             runs = [self.procs.measure_pair(self.base, self.base) for _ in range(2)]  # both arm orders

@@ -162,7 +162,8 @@ def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) 
         lines.append(noise_line(result))
     if result.aa_check:
         a = result.aa_check
-        lines.append(f"A/A check: baseline run again {speed_text(a.ratio, a.ci_low, a.ci_high, 3)}: {a.verdict}")
+        lines.append("A/A check: the baseline's later runs against its earlier ones "
+                     f"{speed_text(a.ratio, a.ci_low, a.ci_high, 3)}: {a.verdict}")
     lines += paired_lines(result)
     if result.best_label and result.best_vs_baseline:
         b = result.best_vs_baseline

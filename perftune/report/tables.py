@@ -228,8 +228,8 @@ def markdown_report(result: SweepResult) -> str:
         parts.append("")
     if result.aa_check:
         a = result.aa_check
-        parts.append(f"A/A check (baseline measured again later): {speed_text(a.ratio, a.ci_low, a.ci_high, 3)}"
-                     f" -> {a.verdict}.")
+        parts.append("A/A check (the baseline's later runs against its earlier ones): "
+                     f"{speed_text(a.ratio, a.ci_low, a.ci_high, 3)} -> {a.verdict}.")
         parts.append("")
     for line in paired_lines(result):
         parts += [md_text(line[0].upper() + line[1:]) + ".", ""]
