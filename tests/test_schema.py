@@ -178,7 +178,7 @@ def test_version_3_reasons_are_lifted_once_and_rendered_in_the_one_convention():
         assert all(w in old["reason"] for w in words)  # the words are the old ones
 
 
-@pytest.mark.parametrize("folder", ["tests/data/results_v1", "tests/data/results_v3", "reports/sample"])
+@pytest.mark.parametrize("folder", ["tests/data/results_v1", "tests/data/results_v3", "tests/data/results_v5"])
 def test_version_5_prose_rules_are_kept_whole_as_legacy_text(folder):
     """Results schema 6 stores the order rule, the multiplicity rule and the window's sizing as data; an older file's
     prose is kept as written and printed as it was."""
@@ -194,11 +194,12 @@ def test_version_5_prose_rules_are_kept_whole_as_legacy_text(folder):
 
 
 def test_the_rules_as_data_say_what_the_prose_said():
-    """The words of ``perftune.words.rules`` are those the engine wrote as prose before schema 6 (the sample's)."""
+    """The words of ``perftune.words.rules`` are those the engine wrote as prose before schema 6 (the quickstart
+    sample's, kept in ``tests/data/results_v5``)."""
     from perftune.io.sweep_records import Multiplicity, OrderRule, WindowSizing
     from perftune.words.rules import multiplicity_text, order_rule_text, sizing_text
 
-    raw = json.loads((REPO / "reports" / "sample" / "results.json").read_text())
+    raw = json.loads((REPO / "tests" / "data" / "results_v5" / "results.json").read_text())
     share = raw["order_rule"].split("waits for data ")[1].split("%")[0]
     rule = OrderRule(data_share=int(share) / 100, threshold=0.25, first="compute")
     assert order_rule_text(rule) == raw["order_rule"]

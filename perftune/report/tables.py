@@ -171,9 +171,20 @@ def step_graphs(r: TrialResult) -> Optional[int]:
     return sum(step_compiles(r).values()) if r.compiles else None
 
 
+#: optional columns that say nothing where every row holds this value (no recomputed op placed; one step graph per
+#: process, as every process compiles since issue 38: the trial's own summary still says it); with both always
+#: shown, the one-at-a-time table grew past a 1280-pixel page
+USUAL = {"recompute_ms": 0.0, "step_graphs": 1.0}
+
+
 def optional_columns(df: pd.DataFrame, metric: str) -> list[tuple[str, str, str, str]]:
-    """The ``OPTIONAL_COLUMNS`` that ``df`` fills (the gate's own metric is a column already)."""
-    return [c for c in OPTIONAL_COLUMNS if c[1] != metric and c[1] in df and df[c[1]].notna().any()]
+    """The ``OPTIONAL_COLUMNS`` that ``df`` fills (the gate's own metric is a column already), those in ``USUAL``
+    only where some row differs from the usual value."""
+    def filled(key: str) -> bool:
+        values = df[key].dropna()
+        return bool((values != USUAL[key]).any()) if key in USUAL else not values.empty
+
+    return [c for c in OPTIONAL_COLUMNS if c[1] != metric and c[1] in df and filled(c[1])]
 
 
 def _with_optional(values: list[str], head: list[str], extras: list, cell) -> list[str]:
