@@ -235,10 +235,8 @@ class Sweep:
         base_runs = [r for r in base_runs if r.node == base_runs[0].node] if base_runs else []  # one machine's drift
         if len(base_runs) > 1:
             # the processes as measured (their contention included); independent groups, looked at once
-            half = len(base_runs) // 2
-            earlier, later = [replace(r, remeasured=0) for r in base_runs[:half]], \
-                [replace(r, remeasured=0) for r in base_runs[half:]]
-            d = compare(earlier, later, self.record_noise(), self.policy)
+            runs, half = [replace(r, remeasured=0) for r in base_runs], len(base_runs) // 2
+            d = compare(runs[:half], runs[half:], self.record_noise(), self.policy)
             self.result.aa_check = verdicts.record(d, AA_REFERENCE, final=False)
         pairable = [k for k in self.procs.configs if k != self.base and self.procs.pairable(self.base, k)]
         if pairable and self.parallel is None:  # the sweep compares in paired processes: their own A/A check
