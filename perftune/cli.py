@@ -20,6 +20,13 @@ from perftune.errors import UserError
 from perftune.stop import leave, stop_signals_as_interrupt, stopped
 
 
+def clock(seconds: float) -> str:
+    """The progress line's clock: whole seconds (an estimate's tenths mean nothing)."""
+    from perftune.words.format import duration_text  # pandas comes with it: not at the command's start
+
+    return duration_text(seconds, whole_seconds=True)
+
+
 def user_errors(func):
     """Turn a ``UserError`` into its message on stderr and exit code 2, Ctrl-C into "interrupted" and 130; anything
     else is a bug with a traceback."""
@@ -71,11 +78,11 @@ class SweepProgressDisplay:
         left = max(self.total - self.finished, 0)
         most = max(self.most - self.finished, 0)  # the races may still run extra rounds (engine.progress.most_lines)
         per_line = elapsed / self.finished if self.finished else 0.0
-        estimate = "" if not self.finished else f", ~{_clock(per_line * left)} left" if left else \
+        estimate = "" if not self.finished else f", ~{clock(per_line * left)} left" if left else \
             "" if most else ", none left"
         if self.finished and most > left:  # "at most": every race run to max_runs, every change stacked
-            estimate += f", at most ~{_clock(per_line * most)}{'' if left else ' left'}"
-        return f"[{self.finished}/{self.total} done, {_clock(elapsed)} elapsed{estimate}]"
+            estimate += f", at most ~{clock(per_line * most)}{'' if left else ' left'}"
+        return f"[{self.finished}/{self.total} done, {clock(elapsed)} elapsed{estimate}]"
 
     def bound(self, most: int) -> None:
         self.most = most
@@ -99,11 +106,6 @@ class SweepProgressDisplay:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
-
-
-def _clock(seconds: float) -> str:
-    minutes, secs = divmod(int(round(seconds)), 60)
-    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
 def check_same(a: Path, b: Path) -> bool:
@@ -139,33 +141,14 @@ def validate(plan_path: Path) -> None:
 
 
 @main.command(name="knobs")
-def knobs_command() -> None:
+@click.option("--plan", "plan_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="List the knobs PLAN routes itself (its own knobs): route, type, baseline and values.")
+@user_errors
+def knobs_command(plan_path: Path | None) -> None:
     """List every knob: its values, default, what it changes and the backends that can run it."""
-    from perftune.knobs import BACKENDS, KNOBS
+    from perftune.commands import knob_lines
 
-    for knob in KNOBS.values():
-        click.echo(f"{knob.name}")
-        click.echo(f"  values:   {knob.values_text()}   (default: {knob.default})")
-        click.echo(f"  changes:  {knob.help}")
-        backends = []
-        for b in BACKENDS:
-            refused = [str(v) for v, bs in knob.refused.items() if b in bs]
-            if b in knob.no_effect_on:
-                backends.append(f"{b} (accepted, no effect)")
-            elif b not in knob.runs_on:
-                backends.append(f"{b} (not supported)")
-            elif refused:
-                backends.append(f"{b} (not {', '.join(refused)})")
-            else:
-                backends.append(b)
-        click.echo(f"  backends: {', '.join(backends)}")
-        if knob.pairable:
-            click.echo("  compared: pairable (one process, both pipelines, alternating windows; decision.paired)")
-        if knob.retry_when_slower:
-            click.echo("  stack:    retried on top of the stack even when slower alone (decision.retry_on_stack)")
-        route = {"context": "set before the script, kept against its set_context", "dataset":
-                 "mindspore.dataset.config", "model": "where the script builds Model / calls Model.train"}
-        click.echo(f"  script:   {route.get(knob.script_route, 'only through workload.knob_args')}")
+    click.echo("\n".join(knob_lines(plan_path)))
 
 
 @main.command()

@@ -7,7 +7,9 @@ import errno
 from pathlib import Path
 from typing import Callable, Optional
 
+from perftune import knobs
 from perftune.engine.blocked import node_summary
+from perftune.engine.own_knobs import own_knob_rows
 from perftune.engine.plan_load import load_plan, parse_set_options
 from perftune.engine.progress import SweepProgress
 from perftune.engine.script_plan import check_set_routes
@@ -32,7 +34,7 @@ from perftune.io.sweep_records import SweepResult
 from perftune.report.tables import write_tables
 from perftune.runner import run_trial
 from perftune.runner.cgroup import containment_probe, driver_tag
-from perftune.runner.reaper import kill_driver_leftovers
+from perftune.runner.leftovers import kill_driver_leftovers
 
 #: errors that mean the output cannot be written (not a bug): read-only file system, no space, quota, permission
 WRITE_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM)
@@ -81,7 +83,7 @@ def run_one(plan_path: Path, overrides, out_dir: Path | None,
     folder is locked as a sweep's is (a driver that died there has its leftovers killed first)."""
     plan = load_plan(plan_path)
     check_set_once(overrides)
-    knob_values = parse_set_options(list(overrides))
+    knob_values = parse_set_options(list(overrides), plan)
     if isinstance(plan.workload, ScriptWorkload):
         check_set_routes(plan.workload, knob_values)
     base_out = plan_output_dir(plan, Path(plan_path))
@@ -152,3 +154,40 @@ def sweep(plan: Plan, out: Path, plan_path: Optional[Path] = None, fresh: bool =
         raise
     finally:
         lock.release()
+
+
+def knob_lines(plan_path: Optional[Path] = None) -> list[str]:
+    """``perftune knobs``: every registry knob; with ``plan_path``, the knobs that plan routes itself."""
+    if plan_path is not None:
+        rows = own_knob_rows(load_plan(plan_path))
+        lines = [f"{plan_path}: {len(rows)} knob(s) routed by the plan" + ("" if rows else " (workload.knob_args, "
+                 "workload.knob_config, knob_env, knob_params)")]
+        for row in rows:
+            lines += [f"{row['name']}{'' if row['own'] else ' (built-in)'}", f"  route:    {row['route']}",
+                      f"  type:     {row['type']}", f"  baseline: {knobs.format_value(row['baseline'])}",
+                      f"  values:   {', '.join(knobs.format_value(v) for v in row['values']) or '(not varied)'}"]
+        return lines
+    lines = []
+    route = {"context": "set before the script, kept against its set_context", "dataset":
+             "mindspore.dataset.config", "model": "where the script builds Model / calls Model.train"}
+    for knob in knobs.KNOBS.values():
+        lines += [f"{knob.name}", f"  values:   {knob.values_text()}   (default: {knob.default})",
+                  f"  changes:  {knob.help}"]
+        backends = []
+        for b in knobs.BACKENDS:
+            refused = [str(v) for v, bs in knob.refused.items() if b in bs]
+            if b in knob.no_effect_on:
+                backends.append(f"{b} (accepted, no effect)")
+            elif b not in knob.runs_on:
+                backends.append(f"{b} (not supported)")
+            elif refused:
+                backends.append(f"{b} (not {', '.join(refused)})")
+            else:
+                backends.append(b)
+        lines.append(f"  backends: {', '.join(backends)}")
+        if knob.pairable:
+            lines.append("  compared: pairable (one process, both pipelines, alternating windows; decision.paired)")
+        if knob.retry_when_slower:
+            lines.append("  stack:    retried on top of the stack even when slower alone (decision.retry_on_stack)")
+        lines.append(f"  script:   {route.get(knob.script_route, 'through workload.knob_args or knob_config')}")
+    return lines

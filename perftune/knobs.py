@@ -43,7 +43,7 @@ class Knob:
     #: compared in one process, with both pipelines feeding one model in alternating windows (``engine/paired.py``)
     pairable: bool = False
     #: a knob of one model's own objects (its network, loss scaler, step, its pipeline's batch): a change of it is
-    #: compared in one process with two models, each fed by its own pipeline (``engine/paired.py``, issue 38)
+    #: compared in one process with two models, each fed by its own pipeline (``engine/paired.py``)
     model_pairable: bool = False
     #: a slower change is tried again on top of the stack (``decision.retry_on_stack``): a data-pipeline change's
     #: extra threads only take cores from a compute-bound step, and can help once the stack made the step fast
@@ -211,8 +211,8 @@ def no_effect_notes(values: dict[str, Any], backend: str) -> list[Note]:
     """Knobs set away from their default that MindSpore accepts but ignores on ``backend``."""
     notes = []
     for name, value in values.items():
-        knob = KNOBS[name]
-        if backend in knob.no_effect_on and value != knob.default:
+        knob = KNOBS.get(name)  # a plan's own knob (``perftune.routes``) has no registry entry
+        if knob is not None and backend in knob.no_effect_on and value != knob.default:
             notes.append(Note(kind="no_effect", knob=name, text=f"{name}={format_value(value)} has no effect on "
                                                                  f"{backend}: MindSpore accepts it and ignores it"))
     return notes

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from conftest import REPO
 
-from perftune.engine import seed_band, seed_runs
-from perftune.engine.accuracy import check
+from perftune.engine.accuracy import seed_band, seeds, sizing, window_trials
+from perftune.engine.accuracy.gate import check
 from perftune.engine.plan_load import parse_plan
 from perftune.io.derived import failed_result
 from perftune.io.files import read_trial
@@ -158,7 +158,7 @@ class Scripted:
 
 def test_the_window_runs_to_the_budget_while_the_loss_keeps_falling_and_says_so():
     measure = Scripted()
-    sized, cal = seed_runs.calibrate(plan(), measure, None, say=lambda line: None)
+    sized, cal = seeds.calibrate(plan(), measure, None, say=lambda line: None)
     # 5 ms per step of 32 samples: the default 4 s budget buys 25600 samples, and the long probe runs as far as the
     # stack check will (30 s over 5 runs: 38400); 0.8 ** (s / 1000) never flattens (log scale)
     assert [s.accuracy_samples for s in measure.specs[:2]] == [320, 38400]
@@ -173,7 +173,7 @@ def test_the_window_runs_to_the_budget_while_the_loss_keeps_falling_and_says_so(
 def test_the_seed_runs_vary_the_seed_not_the_data_and_have_their_own_ids():
     measure = Scripted()
     lines = []
-    _, cal = seed_runs.calibrate(plan(samples=640, seeds=4), measure, None, say=lines.append)
+    _, cal = seeds.calibrate(plan(samples=640, seeds=4), measure, None, say=lines.append)
     assert cal.seeds == [1, 2, 3] and len(cal.runs) == 3 and not cal.sized
     assert all(s.data_seed == 0 for s in measure.specs) and len({s.trial_id for s in measure.specs}) == 3
     assert "640 samples" not in sizing_text(cal.sizing) and "set by the plan" in sizing_text(cal.sizing)
@@ -181,12 +181,12 @@ def test_the_seed_runs_vary_the_seed_not_the_data_and_have_their_own_ids():
 
 
 def test_a_failed_seed_run_is_recorded_and_the_rest_calibrate():
-    _, cal = seed_runs.calibrate(plan(samples=640, seeds=3), Scripted(fail_seed=2), None, say=lambda line: None)
+    _, cal = seeds.calibrate(plan(samples=640, seeds=3), Scripted(fail_seed=2), None, say=lambda line: None)
     assert cal.seeds == [1] and cal.failed and "scripted failure" in cal.failed[0]
 
 
 def test_a_budget_too_small_to_judge_is_extended_to_where_the_loss_fell_clearly():
-    sized, cal = seed_runs.calibrate(plan(window_budget_s=0.1, seeds=1), Scripted(), None, say=lambda line: None)
+    sized, cal = seeds.calibrate(plan(window_budget_s=0.1, seeds=1), Scripted(), None, say=lambda line: None)
     # 5 ms per step of 32 samples: 0.1 s buys 640 samples, where the loss fell only 13%; it fell 3 x the tolerance
     # (the old rule's ratio, 15%) by 768: the shortest window the gate can judge, whatever the budget
     assert cal.samples == 768 and cal.reach.clear_fall and not cal.reach.budget_bound
@@ -196,7 +196,7 @@ def test_a_budget_too_small_to_judge_is_extended_to_where_the_loss_fell_clearly(
 def test_step_unit_covers_every_batch_size_and_worker_count():
     p = parse_plan({"name": "t", "workload": "mlp", "baseline": {"batch_size": 24},
                     "variables": {"batch_size": [64, 32]}})
-    assert seed_runs.step_unit(p) == 192
+    assert sizing.step_unit(p) == 192
 
 
 # -- the report's accuracy figure --------------------------------------------------------------------------------
@@ -244,8 +244,8 @@ def test_a_scripts_own_seed_option_follows_the_seed_runs_and_its_metrics_are_jud
     def measure(spec):
         return run_trial(spec, tmp_path / spec.trial_id), False
 
-    _, cal = seed_runs.calibrate(plan, measure, None, say=lambda line: None)
-    base, _ = measure(seed_runs.window_spec(plan, 128, 0, "baseline", None))
+    _, cal = seeds.calibrate(plan, measure, None, say=lambda line: None)
+    base, _ = measure(window_trials.window_spec(plan, 128, 0, "baseline", None))
     assert not cal.failed and cal.seeds == [1, 2]
     argv = [read_trial(tmp_path / t).applied["argv"] for t in cal.trial_ids]
     assert [a[-2:] for a in argv] == [["--seed", "1"], ["--seed", "2"]]
@@ -258,7 +258,7 @@ def test_a_scripts_own_seed_option_follows_the_seed_runs_and_its_metrics_are_jud
 
 def test_the_summary_says_how_the_gate_was_set_up_and_nothing_when_the_plan_fixed_it():
     from perftune.io.sweep_records import AccuracyCalibration, SweepResult, WindowSizing
-    from perftune.report.window_words import window_lines
+    from perftune.words.window_words import window_lines
 
     cal = AccuracyCalibration(samples=1280, sized=True, sizing=WindowSizing(legacy="1280 samples, sized from the baseline"),
                               sizing_s=12.0,
@@ -267,9 +267,9 @@ def test_the_summary_says_how_the_gate_was_set_up_and_nothing_when_the_plan_fixe
     assert window_lines(result) == [
         "window 1280 samples, sized from the baseline, probes 12 s; calibrated on 4 seeds of the baseline "
         "(seed runs 30 s)"]
-    assert seed_runs.band(result) == SEEDS
+    assert seeds.band(result) == SEEDS
     fixed = result.model_copy(update={"accuracy_calibration": AccuracyCalibration(samples=64)})
-    assert window_lines(fixed) == [] and seed_runs.band(fixed) == []
+    assert window_lines(fixed) == [] and seeds.band(fixed) == []
 
 
 def test_a_curve_that_flattens_ends_the_window_at_its_knee_within_the_budget():
@@ -278,6 +278,6 @@ def test_a_curve_that_flattens_ends_the_window_at_its_knee_within_the_budget():
         points = [(s, 0.5 + 2.27 * math.exp(-s / 1000)) for s, _ in result.accuracy.loss_curve]
         return result.model_copy(update={"accuracy": result.accuracy.model_copy(update={"loss_curve": points})}), False
 
-    _, cal = seed_runs.calibrate(plan(seeds=1), plateau, None, say=lambda line: None)
+    _, cal = seeds.calibrate(plan(seeds=1), plateau, None, say=lambda line: None)
     assert cal.reach.flat and not cal.reach.budget_bound and 6000 <= cal.samples <= 9000
     assert cal.reach.late_share <= 0.05 and 0.7 < cal.reach.fall < 0.85 and cal.reach.after_fall < 0.05

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from perftune.burst import meter as meter_module
-from perftune.burst.agreement import AGREE_LIMIT, WARMUP_SETTLE, check_phases, phase_medians
+from perftune.burst.agreement import AGREE_LIMIT, WARMUP_SKIPPED_STEPS, check_phases, phase_medians
 from perftune.burst.meter import Meter
 from perftune.engine.plan_load import parse_plan
 from perftune.engine.specs import make_spec
@@ -109,12 +109,12 @@ def test_a_step_timed_from_its_dispatch_is_caught_by_the_phase_check():
 def test_the_warm_ups_median_is_all_its_steps_but_the_first_few():
     """The warm-up's first steps (batches queued meanwhile, a compile) are left out; every later one counts, so a
     short slow streak at its end does not move its median (a last-3 median did: x1.70 on a stored run)."""
-    settling = [StepRecord(phase="warmup", step_ms=900.0, data_wait_ms=0.0)] * WARMUP_SETTLE
+    first = [StepRecord(phase="warmup", step_ms=900.0, data_wait_ms=0.0)] * WARMUP_SKIPPED_STEPS
     steady = [StepRecord(phase="warmup", step_ms=100.0 + i % 3, data_wait_ms=0.0) for i in range(20)]
     streak = [StepRecord(phase="warmup", step_ms=170.0, data_wait_ms=0.0)] * 3
     timed = [StepRecord(phase="timed", window=0, step_ms=101.0, data_wait_ms=0.0)] * 10
     later = [StepRecord(phase="warmup", step_ms=5.0, data_wait_ms=0.0)] * 4  # a paired switch's drain: not counted
-    medians = phase_medians(settling + steady + streak + timed + later, timed)
+    medians = phase_medians(first + steady + streak + timed + later, timed)
     assert medians["warmup"] == pytest.approx(101.0) and medians["timed"] == 101.0
     # a warm-up too short to leave any out still gives a median, without its first step
     short = [StepRecord(phase="warmup", step_ms=ms, data_wait_ms=0.0) for ms in (900.0, 100.0, 102.0)]

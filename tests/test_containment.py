@@ -19,8 +19,9 @@ from conftest import TINY_MLP, write_plan
 from test_faults import none_left, processes_with, wait_for
 
 from perftune.runner.cgroup import NO_CGROUP_ENV, TrialCgroup, containment_probe, driver_tag
+from perftune.runner.leftovers import TOKEN_ENV
 from perftune.runner.process import alive, child_setup, kill_group
-from perftune.runner.reaper import TOKEN_ENV, TrialProcesses
+from perftune.runner.reaper import TrialProcesses
 from perftune.runner.watchdog import NO_WATCHDOG_ENV
 
 REPO = Path(__file__).resolve().parent.parent

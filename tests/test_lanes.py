@@ -110,10 +110,10 @@ def test_lanes_run_at_once_each_candidate_beside_the_reference_of_its_node(tmp_p
     for config, (_, kind) in sweep.procs.configs.items():
         if kind != "single":
             continue
-        for run_index, run in enumerate(sweep.runs):
+        for run_index, run in enumerate(sweep.procs.runs):
             if run.config != config:
                 continue
-            same_node = [r for r in sweep.runs if r.node == run.node]
+            same_node = [r for r in sweep.procs.runs if r.node == run.node]
             k = same_node.index(run)
             assert k > 0 and same_node[k - 1].config == sweep.base, (config, run_index)
     # both nodes measured the baseline, and the trial records say which node ran them
@@ -157,7 +157,7 @@ def test_a_contended_lane_process_is_left_out_and_the_candidate_measured_again(t
     trials = sorted((t for t in result.trials if t.label == "+prefetch_size=4"), key=lambda t: t.replicate)
     assert trials[0].excluded and "contended" in trials[0].excluded
     assert not any(r.config != sweep.base and r.windows[0] == trials[0].result.windows[0].samples_per_s
-                   for r in sweep.runs)
+                   for r in sweep.procs.runs)
     assert trials[0].verdict == "kept" and trials[0].vs_baseline.processes >= 1
     assert len(trials) >= 2 and not any(t.excluded for t in trials[1:])
 

@@ -19,7 +19,7 @@ import yaml
 from click.testing import CliRunner
 
 from perftune.cli import main
-from perftune.engine.accuracy import check, unjudged
+from perftune.engine.accuracy.gate import check, unjudged
 from perftune.engine.sweep import Sweep
 from perftune.io.plan import AccuracyGate, Plan
 from perftune.io.records import Accuracy, BurstSettings, Splits, TrialResult, TrialSpec, WindowStats

@@ -20,7 +20,7 @@ def test_one_line_per_finished_trial_as_it_happens(tmp_path, capsys):
     scripts = {"baseline": Script(), "+mode=pynative": Script(factor=0.5), "+jit_level=O1": Script(factor=1.0),
                "+num_parallel_workers=2": Script(factor=1.6)}
     sweep, runner = make_sweep(tmp_path, variables, scripts, baseline_runs=2, retry_on_stack=False)
-    sweep.procs.progress = SweepProgressDisplay(enabled=True)
+    sweep.store.progress = SweepProgressDisplay(enabled=True)
     sweep.run()
     lines = capsys.readouterr().err.splitlines()
     counters = [COUNTER.search(ln) for ln in lines]
@@ -29,7 +29,7 @@ def test_one_line_per_finished_trial_as_it_happens(tmp_path, capsys):
     assert done == list(range(1, len(lines) + 1))  # one line at a time, counted as it happens
     assert all(int(c.group(1)) <= int(c.group(2)) for c in counters)
     assert "left" in lines[0]  # an estimate of the time left from the first line on
-    assert len(lines) <= sweep.procs.progress.most  # engine.progress.most_lines: an upper bound of the lines
+    assert len(lines) <= sweep.store.progress.most  # engine.progress.most_lines: an upper bound of the lines
     # the races may still run extra rounds once the lines expected without them are done: never "none left" then
     assert all("at most" in ln for ln in lines[:-1] if int(COUNTER.search(ln).group(1)) >=
                int(COUNTER.search(ln).group(2))), lines

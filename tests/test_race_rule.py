@@ -35,12 +35,12 @@ def test_the_rule_is_one_for_both_loops():
         assert not r.goes_on("C", "R", None, family=1)
 
 
-def test_the_tried_cap_and_settled_stop_every_race():
+def test_the_tried_cap_and_a_moot_timing_stop_every_race():
     for lanes in (False, True):
         r = race(lanes)
         r.tried["C"] = 2 * POLICY.max_runs  # unusable processes count: never past twice the budget
         assert not r.goes_on("C", "R", decision(0.0, 0.5), family=1)
-        assert not race(lanes, settled=lambda c: True).goes_on("C", "R", decision(0.0, 0.5), family=1)
+        assert not race(lanes, timing_moot=lambda c: True).goes_on("C", "R", decision(0.0, 0.5), family=1)
 
 
 def test_one_arm_order_gets_the_other_whatever_the_budget():

@@ -108,7 +108,7 @@ def test_validate_refuses_a_knob_value_the_scripts_option_cannot_take(tmp_path):
 
 def test_a_value_map_maps_the_knob_onto_the_scripts_values(tmp_path):
     from perftune.engine.plan_load import load_plan
-    from perftune.engine.script_plan import script_argv
+    from perftune.routes import script_argv
 
     entry = {"arg": "--mode", "value_map": {"graph": 0, "pynative": 1}}
     run, path = validate(tmp_path, {"mode": entry, "batch_size": "--batch-size"})

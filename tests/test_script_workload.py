@@ -82,7 +82,8 @@ def test_script_plan_resolves_the_script_and_gates_on_training_loss(scripts):
      "baseline.recompute: knob 'recompute' has no route into the script"),
     ({"workload": {"script": "missing.py"}}, "workload.script: 'missing.py' is not a file"),
     ({"workload": {"script": "train.py", "knob_args": {"batch_sise": "--b"}}},
-     "workload.knob_args.batch_sise: unknown knob"),
+     "baseline.batch_sise: the baseline value of your own knob 'batch_sise' is needed (the script's option --b: "
+     "perftune cannot read what the job uses today); or did you mean the built-in knob 'batch_size'?"),
     ({"accuracy": {"metric": "val_loss"}}, "accuracy.metric: 'val_loss' needs perftune's own validation pass"),
     ({"variables": {"workers": [2]}}, "variables.workers: knob 'workers' is not supported for a script workload"),
 ])

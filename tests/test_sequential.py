@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 import pytest
 
-from perftune.engine.accuracy import GateResult
+from perftune.engine.accuracy.gate import GateResult
 from perftune.engine.race import Race, round_order
 from perftune.engine.sequential import blocks, decide
 from perftune.engine.stats import Decision, Noise, Policy, ProcessRun, benjamini_hochberg, per_look_alpha, runs_needed
@@ -178,9 +178,9 @@ def test_a_failed_reference_process_does_not_end_the_race():
     assert calls.count("tiny") == 3 and decisions["tiny"].blocks == 3
 
 
-def test_settled_candidates_are_not_raced():
+def test_candidates_whose_timing_is_moot_are_not_raced():
     machine = Machine({"base": 0.0, "noop": 0.01, "open": 0.01}, 0.07, seed=1)
-    Race(machine, [], Policy(max_runs=4), settled=lambda c: c == "noop").run(["noop", "open"], "base")
+    Race(machine, [], Policy(max_runs=4), timing_moot=lambda c: c == "noop").run(["noop", "open"], "base")
     assert machine.calls.count("noop") == 1 and machine.calls.count("open") == 4
 
 

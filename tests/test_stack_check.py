@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from perftune.engine import knee, stack_check
+from perftune.engine.accuracy import knee, stack_check
+from perftune.engine.accuracy.sizing import check_length
 from perftune.engine.plan_load import parse_plan
 from perftune.io.accuracy_window import StackCheck
 from perftune.io.records import Accuracy, StepRecord, TrialResult
@@ -78,12 +79,12 @@ def gate(**kw):
 
 
 def test_the_check_is_a_multiple_of_the_window_cut_by_its_budget():
-    assert stack_check.length(1024, 32, 1e-4, gate(verify_multiple=4), 5) == (4096, False)
+    assert check_length(1024, 32, 1e-4, gate(verify_multiple=4), 5) == (4096, False)
     # 40 s over 5 runs at 2.1 ms per sample: 3809 samples, not 4096
-    assert stack_check.length(1024, 32, 2.1e-3, gate(verify_multiple=4, verify_budget_s=40), 5) == (3808, True)
+    assert check_length(1024, 32, 2.1e-3, gate(verify_multiple=4, verify_budget_s=40), 5) == (3808, True)
     # a budget that buys no more than the window: no check
-    assert stack_check.length(1024, 32, 1e-2, gate(verify_budget_s=40), 5) == (0, True)
-    assert stack_check.length(1024, 32, 1e-4, gate(verify_multiple=0), 5) == (0, False)
+    assert check_length(1024, 32, 1e-2, gate(verify_budget_s=40), 5) == (0, True)
+    assert check_length(1024, 32, 1e-4, gate(verify_multiple=0), 5) == (0, False)
 
 
 # -- the check's decision -------------------------------------------------------------------------------------------
@@ -178,7 +179,8 @@ def result_with(check: StackCheck) -> SweepResult:
 
 
 def test_the_summary_says_refused_with_the_suspect_and_what_the_window_cannot_see():
-    from perftune.report.window_words import limits_line, stack_check_lines, stack_check_plot
+    from perftune.report.stack_check_section import stack_check_plot
+    from perftune.words.window_words import limits_line, stack_check_lines
 
     record = stack_check.verify(sized_plan(), {"amp_level": "O3"}, Scripted(), None, 1e-4)
     lines = stack_check_lines(result_with(record))
@@ -231,13 +233,13 @@ def test_a_real_stack_check_on_a_float16_floor(tmp_path):
 
 
 def test_the_stack_check_reuses_the_long_probe_as_the_baselines_own_run():
-    from perftune.engine import seed_runs
+    from perftune.engine.accuracy import seeds
 
     measure = Scripted()
     plan = parse_plan({"name": "t", "workload": "mlp", "baseline": {"batch_size": 32, "mode": "pynative"},
                        "variables": {"mode": ["graph"]}, "burst": {"steps": 10},
                        "accuracy": {"window_budget_s": 1.0, "verify_budget_s": 25.0}})
-    sized, cal = seed_runs.calibrate(plan, measure, None, say=lambda line: None)
+    sized, cal = seeds.calibrate(plan, measure, None, say=lambda line: None)
     probe = measure.specs[1]
     record = stack_check.verify(sized, {"mode": "graph"}, measure, None, cal.reach.seconds_per_sample)
     assert record.samples == probe.accuracy_samples == cal.reach.curve_samples > cal.samples
@@ -248,7 +250,7 @@ def test_one_seed_skips_the_check_and_the_report_section_renders_a_refusal():
     import jinja2
 
     from perftune.report.html import TEMPLATES
-    from perftune.report.window_words import stack_check_context
+    from perftune.report.stack_check_section import stack_check_context
 
     skipped = stack_check.verify(sized_plan(seeds=1), {"mode": "graph"}, Scripted(), None, 1e-4)
     assert skipped.status == "skipped" and skipped.skipped_why == "uncalibrated" and not skipped.trial_ids

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from perftune.engine import stats
-from perftune.engine.accuracy import check
+from perftune.engine.accuracy.gate import check
 from perftune.io.plan import AccuracyGate
 from perftune.io.records import Accuracy
 

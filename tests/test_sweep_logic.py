@@ -398,5 +398,5 @@ def test_resume_after_interrupt_reuses_finished_trials(tmp_path):
     assert [(s.label, s.kept) for s in result.stack] == [(s.label, s.kept) for s in expected.stack]
     assert result.status == "complete" and on_disk(again) == result
     for t in result.trials:  # results.json agrees with every trial file
-        on_file = json.loads((again.procs.trials_dir / t.trial_id / "trial.json").read_text())
+        on_file = json.loads((again.store.trials_dir / t.trial_id / "trial.json").read_text())
         assert on_file["trial_id"] == t.trial_id and on_file["windows"] == [w.model_dump() for w in t.result.windows]

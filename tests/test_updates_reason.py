@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from test_accuracy_gate import BASE, GATE, SEEDS, acc
 
-from perftune.engine.accuracy import check
+from perftune.engine.accuracy.gate import check
 
 UPDATES = "20 optimizer updates vs the baseline's 40"
 

@@ -125,3 +125,15 @@ model.train({epochs}, data, callbacks={callbacks})
 {tail}
 """
 
+
+
+def env_recording_mlp(params: dict, seed: int):
+    """The built-in mlp, after writing the value of the environment variable ``params["env_var"]`` to the file
+    ``params["record"]``: the own-knob tests see an environment knob arrive in a ``build()`` workload's process."""
+    import os
+    from pathlib import Path
+
+    from perftune.workloads.mlp import build
+
+    Path(params["record"]).write_text(os.environ.get(params["env_var"], ""))
+    return build({k: v for k, v in params.items() if k not in ("env_var", "record")}, seed)

@@ -5,11 +5,12 @@ a regression whose targets sit at 1000 (experiments/offset_regression.py, ``offs
 labelled harmful (it trains worse at equal samples seen: a larger batch under ``lr_scaling: none`` makes fewer
 optimizer updates; float16 cannot reach the baseline's loss near 1000; a learning rate that grows until training
 diverges) or harmless (it changes how the step runs, not what it computes).  For each workload the accuracy window
-is sized as a sweep sizes it (``perftune.engine.seed_runs.size_window``), then the baseline's window runs at seeds
-0 .. reps + seeds - 2 and every change at seeds 0 .. reps - 1 (one dataset: data seed 0).  Repetition r is a sweep
-whose plan seed is r: the baseline is seed r, its seed band seeds r .. r + seeds - 1 (the bands of neighbouring
-repetitions share seeds), the candidate runs at seed r, and ``perftune.engine.accuracy.check`` decides.  Then, as a
-sweep checks its final stack (``perftune.engine.stack_check``), the same at ``accuracy.verify_multiple`` x the window
+is sized as a sweep sizes it (``perftune.engine.accuracy.sizing.size_window``), then the baseline's window runs at
+seeds 0 .. reps + seeds - 2 and every change at seeds 0 .. reps - 1 (one dataset: data seed 0).  Repetition r is a
+sweep whose plan seed is r: the baseline is seed r, its seed band seeds r .. r + seeds - 1 (the bands of
+neighbouring repetitions share seeds), the candidate runs at seed r, and ``perftune.engine.accuracy.gate.check``
+decides.  Then, as a sweep checks its final stack (``perftune.engine.accuracy.stack_check``), the same at
+``accuracy.verify_multiple`` x the window
 (within ``verify_budget_s``): each change as if it were the final stack.  A harmful change counts as refused when
 either refuses it (the table says which), a harmless one as passed when both pass it.
 
@@ -34,9 +35,10 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from experiments.benchmarks.harness import SMALL_GPT, fail, loadavg, log, make_plan, out_dir  # noqa: E402
-from perftune.engine import stack_check  # noqa: E402
-from perftune.engine.accuracy import check  # noqa: E402
-from perftune.engine.seed_runs import size_window, step_unit, window_spec  # noqa: E402
+from perftune.engine.accuracy import stack_check  # noqa: E402
+from perftune.engine.accuracy.gate import check  # noqa: E402
+from perftune.engine.accuracy.sizing import check_length, size_window, step_unit  # noqa: E402
+from perftune.engine.accuracy.window_trials import window_spec  # noqa: E402
 from perftune.runner import run_trial  # noqa: E402
 
 #: images with a coarse pattern the labels follow (experiments/mindcv_resnet.py), 16 x 16 to keep each run near two
@@ -185,7 +187,7 @@ def workload_figures(name: str, args, runs: Runs) -> list[dict]:
             log(f"{name}: reach: fall {sized.reach.fall}, late share {sized.reach.late_share}, after "
                 f"{sized.reach.after_fall} (curve {sized.reach.curve_samples})")
     plan = plan.model_copy(update={"accuracy": plan.accuracy.model_copy(update={"samples": samples})})
-    longer, cut = stack_check.length(samples, step_unit(plan), per_sample, plan.accuracy, args.seeds + 1)
+    longer, cut = check_length(samples, step_unit(plan), per_sample, plan.accuracy, args.seeds + 1)
     log(f"{name}: accuracy window {sizing} (probes {probe_s:.0f} s); stack check at {longer or 'none'}"
         + (" (cut by the budget)" if cut else ""))
     short = Bands(name, plan, samples, runs, args.reps + args.seeds)

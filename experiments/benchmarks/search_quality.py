@@ -81,8 +81,8 @@ def main(argv=None) -> int:
 def run(space: dict, rounds: int, out: Path, burst: dict, samples: int) -> tuple[list[str], list[str]]:
     from perftune.cli import SweepProgressDisplay
     from perftune.commands import sweep as run_sweep
-    from perftune.engine import accuracy as gate
     from perftune.engine import stats
+    from perftune.engine.accuracy import gate
     from perftune.words.rules import order_rule_text
 
     params = c.SMALL_GPT

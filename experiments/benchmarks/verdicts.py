@@ -68,20 +68,20 @@ class CandidateSweep(Sweep):
     def __init__(self, plan, out: Path, variants: dict[str, Optional[dict]]):
         super().__init__(plan, out, run_trial, fresh=not RESUME)
         self.variants = variants
-        self.procs.spec = self._spec  # the processes' one spec function: the variants' workload_params
+        self.procs.spec = self._spec  # a configuration's trial, for every process spec: the variants' workload_params
 
     def singles(self) -> list[dict[str, Any]]:
         return [{"variant": name} for name in self.variants]
 
     def _spec(self, changes: dict[str, Any], replicate: int = 0, windows: Optional[int] = None) -> TrialSpec:
         if not changes:
-            return make_spec(self.plan, {}, "baseline", replicate, self.procs.cache_dir, windows)
+            return make_spec(self.plan, {}, "baseline", replicate, self.store.cache_dir, windows)
         name = changes["variant"]
         overlay = self.variants[name]
         plan = self.plan
         if overlay is not None:
             plan = plan.model_copy(update={"workload_params": {**plan.workload_params, **overlay}})
-        spec = make_spec(plan, {}, f"variant={name}", replicate, self.procs.cache_dir, windows)
+        spec = make_spec(plan, {}, f"variant={name}", replicate, self.store.cache_dir, windows)
         if overlay is None:  # the baseline's spec under its own id: its processes are not the baseline's
             spec = spec.model_copy(update={"trial_id": hashlib.sha256(
                 f"{spec.trial_id}/{name}".encode()).hexdigest()[:12]})

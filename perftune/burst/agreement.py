@@ -21,11 +21,9 @@ from perftune.io.records import Note, PhaseAgreement, StepRecord
 AGREE_LIMIT = 1.3
 MAX_LIMIT = 3.0
 #: the warm-up's first steps, left out of its steady median (they took batches queued meanwhile, or compiled).  The
-#: rest (warm-up and drain, 18-60 steps) all count: a median of its last 3 (or 8) steps moved one script's phases
-#: up to x1.70 (x1.59) apart, where all but the first 3 kept 10 stored runs within x1.28 (a plain loop of that
-#: script, synchronised every step, has 20-step medians x1.56 apart on 2 cores: a short median is noise there;
-#: experiments/script_workload/functional_plan.yaml, 2026-12-05)
-WARMUP_SETTLE = 3
+#: rest (warm-up and drain) all count: a median of only its last few steps is noise on a small machine (measured:
+#: experiments/benchmarks/README.md, "The burst's constants")
+WARMUP_SKIPPED_STEPS = 3
 
 
 def compute_ms(record: StepRecord) -> float:
@@ -35,14 +33,14 @@ def compute_ms(record: StepRecord) -> float:
 
 def phase_medians(records: list[StepRecord], timed: list[StepRecord]) -> dict[str, float]:
     """Median compute time (ms, ``compute_ms``) of each phase's completed steps: the accuracy window without its
-    compiling first step, the warm-up/drain steps before the first timed step less their first ``WARMUP_SETTLE``
+    compiling first step, the warm-up/drain steps before the first timed step less their first ``WARMUP_SKIPPED_STEPS``
     (a paired process's first window is arm A's, so they are all its reference's), ``timed``
     (a paired process's arm A), the profiled steps without the first (it starts the profiler)."""
     first_timed = next((i for i, r in enumerate(records) if r.phase == "timed"), len(records))
     warmup = [r for r in records[:first_timed] if r.phase == "warmup"]
     groups = {
         "accuracy": [r for r in records if r.phase == "accuracy"][1:],
-        "warmup": warmup[WARMUP_SETTLE:] if len(warmup) > WARMUP_SETTLE + 1 else warmup[1:],
+        "warmup": warmup[WARMUP_SKIPPED_STEPS:] if len(warmup) > WARMUP_SKIPPED_STEPS + 1 else warmup[1:],
         "timed": timed,
         "profiled": [r for r in records if r.phase == "profiled"][1:],
     }

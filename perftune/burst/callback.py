@@ -24,13 +24,37 @@ from perftune.burst.meter import BurstDone, Meter, needed_steps
 from perftune.io.plan import BurstSettings
 from perftune.io.records import Note, TrialSpec
 
-_active: dict[str, Any] = {"meter": None, "loss": None, "explicit": False}
+#: the script burst running in this process: its meter, its own validation figures (``script_figures``), why a
+#: custom loop cannot run it (None: it can), the loss its loop gave, and whether it says its loop itself
+_active: dict[str, Any] = {"meter": None, "figures": None, "loop_refusal": None, "loss": None, "explicit": False}
 
 
 def activate(meter: Optional[Meter]) -> None:
-    """The script burst's meter: what the injected callbacks and ``steps`` report to (None: none)."""
+    """The script burst's meter: what the injected callbacks and ``steps`` report to (None: none, the burst over,
+    and its figures and loop refusal with it)."""
     _active["meter"] = meter
     _active["explicit"] = False
+    if meter is None:
+        _active["figures"] = _active["loop_refusal"] = None
+
+
+def attach_figures(figures: Any) -> None:
+    """The script burst's own validation figures (a ``script_figures.ScriptFigures``): what ``metric`` feeds."""
+    _active["figures"] = figures
+
+
+def active_figures() -> Any:
+    return _active["figures"]
+
+
+def refuse_custom_loops(reason: Optional[str]) -> None:
+    """Why a custom loop cannot run the script burst (None: it can): ``steps`` and the loop the burst finds by
+    itself (``script_loop``) raise it as ``KnobRefused``."""
+    _active["loop_refusal"] = reason
+
+
+def loop_refusal() -> Optional[str]:
+    return _active["loop_refusal"]
 
 
 def explicit_loop() -> bool:
@@ -178,8 +202,8 @@ def steps(iterable: Iterable) -> Iterator:
     if meter is None:
         yield from iterable
         return
-    if meter.loop_refusal:
-        raise KnobRefused(meter.loop_refusal)
+    if loop_refusal():
+        raise KnobRefused(loop_refusal())
     _active["explicit"] = True  # the explicit form wins over the loop the burst finds by itself
     _active["loss"] = None
     meter.start()
@@ -205,7 +229,7 @@ def metric(name: str, value: Any) -> Any:
     """``perftune.metric(name, value)``: a validation figure the script computed itself (a custom loop's evaluation,
     or one outside ``Model.fit``).  Reported before the burst's timed windows, it reaches the accuracy gate, compared
     at equal samples seen; outside a burst it does nothing.  Returns ``value`` unchanged."""
-    meter = active_meter()
-    if meter is not None and meter.figures is not None:
-        meter.figures.metric(name, value)
+    figures = active_figures()
+    if active_meter() is not None and figures is not None:
+        figures.metric(name, value)
     return value

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from perftune.io.records import StepRecord
 
-#: the drain's time bound (``burst.drain_s`` overrides it).  The old fixed drain of prefetch_size + 2 steps (18 at the
-#: default) took almost 6 minutes of a ResNet-18 burst on CPU, for nothing: a model that slow consumes batches slower
-#: than the pipeline makes them, so its queue stays full and its steps never wait whatever the drain does.
+#: the drain's time bound (``burst.drain_s`` overrides it): a model slower than its pipeline keeps its queue full and
+#: its steps never wait, so a drain by step count alone would run long for nothing (measured:
+#: experiments/benchmarks/README.md, "The burst's constants")
 DRAIN_S = 5.0
 #: a step whose wait for its batch is longer than this (ms) and this share of the step found the queue empty; two
 #: such steps in a row (one can be a scheduler's hiccup on a busy machine): from there on the steps show the
@@ -20,10 +20,10 @@ DRY_WAIT_MS = 0.5
 DRY_WAIT_SHARE = 0.1
 DRY_STEPS = 2
 #: a drain takes up to this many times ``prefetch_size + 2`` steps, unless the queue runs dry first: the pipeline
-#: holds more than its prefetch (each operator's queue, the iterator's).  At 1x, the windows right after a drain were
-#: 10% fast on the data-bound quickstart workload (paired ABBA blocks alternated -10% / +10%); the cap only bounds a
-#: pipeline that never runs dry, and then its queue changes nothing: an arm of a paired process whose capped drain
-#: never found its queue empty drains one queue's worth at its later switches (``Meter.drained_once``)
+#: holds more than its prefetch (each operator's queue, the iterator's), and a drain of 1x left the next window fast.
+#: The cap only bounds a pipeline that never runs dry, and then its queue changes nothing: an arm of a paired process
+#: whose capped drain never found its queue empty drains one queue's worth at its later switches
+#: (``arms.Arms.drained_once``)
 DRAIN_CAP_FACTOR = 4
 
 

@@ -1,4 +1,4 @@
-"""The graphs a burst compiled, by phase (``TrialResult.compiles``): issue 38's "one compile per process" shown
+"""The graphs a burst compiled, by phase (``TrialResult.compiles``): that a process compiles its step once, shown
 per trial.  Counted from MindSpore's own record of the graphs it made ready (``compat.compiled_graphs``) at the
 phase changes the Meter reports, not per step (reading the record walks every Cell's cache)."""
 

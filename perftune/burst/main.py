@@ -18,7 +18,7 @@ from perftune.burst.own_workload import Burst
 from perftune.io.files import LOG_NAME, TRIAL_NAME, rank_dir_name, rank_log_name, read_spec
 from perftune.io.records import TrialSpec
 from perftune.io.store import write_json_atomic
-from perftune.runner.process import die_with_parent
+from perftune.parent_death import die_with_parent
 
 
 def run_scheduler(spec: TrialSpec) -> None:
@@ -88,8 +88,9 @@ def main(argv: list[str]) -> int:
     return leave(0 if result.status == "ok" else 3, distributed=bool(role))  # never returns
 
 
-#: how long the ``atexit`` hooks may take once the result is on disk (measured here: 0.1-0.25 s for the tiny MLP;
-#: 4.4 s with python_multiprocessing=true, where MindSpore's own hook closes its dataset workers, 2 s each at most)
+#: how long the ``atexit`` hooks may take once the result is on disk: MindSpore's own hook closes its dataset workers
+#: (2 s each at most) with python_multiprocessing=true (measured: experiments/benchmarks/README.md, "The burst's
+#: constants")
 EXIT_GRACE_S = 10
 
 

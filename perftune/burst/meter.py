@@ -1,21 +1,16 @@
-"""The one state machine of a burst's phases.  Every route drives it the same way: perftune's own step loop
-(``own_workload.Burst``), a script's ``Model.train`` (``perftune.Callback``) and a custom loop (``perftune.steps``) tell
-the ``Meter`` when training starts and when each step begins and ends; the Meter decides which phase the step
-belongs to, completes and times it, and fills the ``TrialResult``.  The policies it consults live beside it: the
-arms of a paired process and the drains (``arms.Arms``), the timed windows (``windows.TimedWindows``), the profiler
-(``profiled.ProfiledSteps``), a step's completion (``completion``) and the phases' agreement (``agreement``).
+"""The one state machine of a burst's phases (one, because two copies of these phases had drifted apart).  Every
+route drives it the same way: perftune's own step loop (``own_workload.Burst``), a script's ``Model.train``
+(``perftune.Callback``) and a custom loop (``perftune.steps``) tell the ``Meter`` when training starts and when each
+step begins and ends; the Meter decides which phase the step belongs to, completes and times it, and fills the
+``TrialResult``.  The policies it consults live beside it: ``arms.Arms`` (a paired process's arms, the drains),
+``windows.TimedWindows``, ``profiled.ProfiledSteps``, ``settle.RepeatWarmup``, ``completion`` and ``agreement``.
 
-Why one machine: two copies of these phases had drifted (a script's repeat process skipped the accuracy window that
-perftune's own repeats ran, and was timed after a different history; one took the median step, the other the mean).
-
-The phases, in order (a phase of zero size is skipped: ``accuracy_samples`` 0, ``warmup_steps`` 0, ``drain_s`` 0,
-``profile_steps`` 0):
+The phases, in order (one of zero size is skipped: ``accuracy_samples``, ``warmup_steps``, ``drain_s`` 0 ...):
 
 1. accuracy: from the first step until ``accuracy_samples`` samples were seen (its first step, the graph compile
    to its completion, is ``compile_ms``), then the route's validation (``accuracy_end``).  A configuration's first
    process runs it; its repeats do not (the gate reads the first process's).
-2. warm-up: ``warmup_steps`` steps; in a repeat, then on until its step time settles (``settle``: a repeat that
-   skipped the accuracy window with a fixed warm-up measured x0.865 of first processes).
+2. warm-up: ``warmup_steps`` steps; in a repeat, then on until its step time settles (``settle``).
 3. drain: the batches the pipeline prefetched during compile and validation, so that a data stall cannot hide
    behind a full queue (``arms.Arms.drain_over``).
 4. timed: ``repeats`` windows of ``steps`` steps (``burst.min_window_s`` calibrates the steps from the warm-up and
@@ -23,10 +18,9 @@ The phases, in order (a phase of zero size is skipped: ``accuracy_samples`` 0, `
 5. profiled: ``profile_steps`` steps under the profiler; only in a configuration's first process (replicate 0).
 
 Timing: a step runs from the end of the previous step to the end of this one (``start`` sets the first origin), so
-the steps of a window add up to its time; its data wait is the part before ``begin`` (fetching the batch).  A step
-ends when its work has: ``end`` reads its loss back (and synchronises a device) before it reads the clock, in every
-phase (``completion``).  With ``dataset_sink_mode`` MindSpore reports one end per sink: each of its steps gets the
-sink's time over its steps.
+a window's steps add up to its time; its data wait is the part before ``begin`` (fetching the batch).  A step ends
+when its work has: ``end`` reads its loss back before it reads the clock (``completion``).  With
+``dataset_sink_mode`` MindSpore reports one end per sink: each of its steps gets the sink's time over its steps.
 """
 
 from __future__ import annotations
@@ -36,13 +30,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from perftune.burst import settle
 from perftune.burst.agreement import check_phases
 from perftune.burst.arms import Arms
 from perftune.burst.completion import complete, read_norm
 from perftune.burst.graph_count import GraphCount
 from perftune.burst.profiled import ProfiledSteps
 from perftune.burst.results import finish_notes, process_notes, read_memory, summarize_timed, training_accuracy
+from perftune.burst.settle import RepeatWarmup
 from perftune.burst.windows import TimedWindows
 from perftune.io.derived import failed_result
 from perftune.io.records import Accuracy, StepRecord, TrialResult, TrialSpec
@@ -58,18 +52,16 @@ class BurstDone(BaseException):
 
 
 class Meter:
+    """One burst's phases, driven by its route's calls per step; ``agree``: a distributed burst's ranks take the
+    same phase decisions (the largest of their values)."""
+
     def __init__(self, spec: TrialSpec, out_dir: Path, result: Optional[TrialResult] = None, *,
                  grad_norms: bool = False, agree: Optional[Callable[[int], int]] = None):
-        self.spec = spec
-        self.dir = Path(out_dir)
+        self.spec, self.dir = spec, Path(out_dir)
         self.result = result if result is not None else failed_result(spec, "failed", None)
         self.grad_norms = grad_norms  # the driver passes each accuracy step's gradient norm (perftune's own step)
         self.repeat = spec.replicate > 0 or spec.pair is not None  # no profile (the first process has it)
-        # a repeat skips the accuracy window and warms up until its step time settles (``settle``), for at most the
-        # first process's untimed samples; not on a distributed burst, whose ranks must take the same decisions
-        self.settles = spec.replicate > 0 and spec.pair is None and agree is None
-        self.settled_steps: list[StepRecord] = []  # such a warm-up's steps after the compile
-        #: ``agree``: a distributed burst's ranks take the same phase decisions (the largest of their values)
+        self.warmup = RepeatWarmup(spec, agree)  # a repeat warms up to a steady state instead (``settle``)
         self.arms = Arms(spec, agree)
         self.windows = TimedWindows(spec, agree)
         self.profiler = ProfiledSteps(self.dir)
@@ -83,10 +75,8 @@ class Meter:
         self.begin_t: Optional[float] = None
         self.learning_rate: Optional[float] = None
         self.sink_steps = 0  # steps that arrived several per call (dataset_sink_mode)
-        self.loop_refusal: Optional[str] = None  # why a custom loop cannot run this trial (set by the script burst)
         #: the route's validation, called with the accuracy window's figures at its end (not timed)
         self.accuracy_end: Optional[Callable[[Accuracy], None]] = None
-        self.figures: Any = None  # a script's own validation figures (``script_figures.ScriptFigures``)
         self.done = False
         self.graphs = GraphCount(self.result)  # at each phase's end
         self.started_wall = time.perf_counter()
@@ -167,11 +157,12 @@ class Meter:
         """Whether the current phase has all its steps."""
         b, n = self.spec.burst, len(self.in_phase)
         if self.phase == "accuracy":
-            return self.settles or self.samples_seen >= self.spec.accuracy_samples
+            return self.warmup.on or self.samples_seen >= self.spec.accuracy_samples
         if self.phase == "warmup":
-            return n >= b.warmup_steps and (not self.settles or self.settling().done)
+            return n >= b.warmup_steps and (
+                not self.warmup.on or self.warmup.state(self.in_phase, self.records, self.samples_seen).done)
         if self.phase == "drain":  # a settled warm-up after the compile drained the queue as the drain would
-            return self.arms.drain_over(self.settled_steps + self.in_phase)
+            return self.arms.drain_over(self.warmup.steps + self.in_phase)
         if self.phase == "timed":
             return self.windows.index >= len(self.arms.schedule)
         if self.phase == "profiled":
@@ -212,14 +203,6 @@ class Meter:
         elif self.phase == "done":
             self.finish()
 
-    def settling(self) -> settle.Settling:
-        """The warm-up's steps judged for a steady state; the process's first step (its compile) left out; out of
-        budget past the first process's untimed samples (its accuracy window and warm-up steps)."""
-        per_step = self.in_phase[-1].samples_seen // len(self.in_phase) if self.in_phase else 0
-        budget = self.spec.accuracy_samples + self.spec.burst.warmup_steps * per_step
-        return settle.settling([r.step_ms for r in self.in_phase if r is not self.records[0]],
-                               spent=bool(self.in_phase) and self.samples_seen >= budget)
-
     def leave(self) -> None:
         self.graphs.count(RECORD_PHASE.get(self.phase, self.phase))
         if self.phase == "accuracy" and self.in_phase:
@@ -229,9 +212,8 @@ class Meter:
                 self.accuracy_end(acc)
                 self.graphs.count("validation")
         elif self.phase in ("warmup", "drain"):
-            if self.phase == "warmup" and self.settles:
-                self.result.notes.append(settle.note(self.settling(), len(self.in_phase)))
-                self.settled_steps = [r for r in self.in_phase if r is not self.records[0]]
+            if self.phase == "warmup" and self.warmup.on:
+                self.result.notes.append(self.warmup.end(self.in_phase, self.records, self.samples_seen))
             if self.phase == "drain":
                 self.arms.drained_once(self.in_phase)
             self.result.warmup_steps = sum(r.phase == "warmup" for r in self.records)
@@ -263,6 +245,6 @@ def needed_steps(meter: Meter) -> str:
     """What the burst needs, for a "training ended early" reason."""
     b = meter.spec.burst
     profile = 0 if meter.repeat else b.profile_steps
-    first = (f"a warm-up of up to {meter.spec.accuracy_samples} samples and {b.warmup_steps} steps" if meter.settles
+    first = (f"a warm-up of up to {meter.spec.accuracy_samples} samples and {b.warmup_steps} steps" if meter.warmup.on
              else f"the accuracy window ({meter.spec.accuracy_samples} samples), {b.warmup_steps} warm-up steps")
     return f"{first} and the drain, {b.repeats} x {meter.windows.steps} timed and {profile} profiled steps"

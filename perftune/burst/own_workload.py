@@ -230,7 +230,8 @@ def build_network(workload: Any, k: dict, notes: list[Note]) -> tuple[Any, Any]:
     """The workload's network with AMP and recompute applied under knobs ``k``, and AMP's measured effect (its
     notes go to ``notes``)."""
     network = workload.network
-    # AMP with a forward probe before and after: its effect, not its wrapper, goes into `applied` (issue 14)
+    # AMP with a forward probe before and after: its effect, not its wrapper, goes into `applied` (a wrapper
+    # MindSpore accepts may change nothing)
     amp_outcome = amp_check.apply_amp(network, k["amp_level"],
                                       amp_check.probe_inputs(workload.train_columns, workload.label_column))
     network = amp_outcome.network
@@ -248,7 +249,7 @@ def build_network(workload: Any, k: dict, notes: list[Note]) -> tuple[Any, Any]:
 
 
 def pair_model(spec: TrialSpec, notes: list[Note]) -> tuple[Any, Any]:
-    """A paired process of a model-side change (``knobs.model_change``, issue 38): the candidate's own workload and
+    """A paired process of a model-side change (``knobs.model_change``): the candidate's own workload and
     step (arm 1), its network built from the same seed as the candidate's own fresh process builds it, to be fed by
     its own pipeline (``Burst.pair_pipeline``).  The learning rate is the workload's: the windows compare speed, and
     this model's accuracy is never read."""

@@ -21,16 +21,18 @@ from pathlib import Path
 from typing import Optional
 
 from perftune import knobs as knob_registry
-from perftune.burst.callback import Callback, activate
+from perftune.burst.callback import Callback, activate, refuse_custom_loops
+from perftune.burst.config_copies import ConfigCopies
 from perftune.burst.context import environment, first_eager_op
 from perftune.burst.failures import KnobRefused, script_failure
 from perftune.burst.meter import BurstDone, Meter, needed_steps
 from perftune.burst.results import read_memory
 from perftune.burst.script_figures import ScriptFigures
 from perftune.burst.script_hooks import ScriptHooks, apply_dataset_config, apply_script_context
-from perftune.engine.script_plan import script_argv
+from perftune.errors import UserError
 from perftune.io.derived import failed_result
 from perftune.io.records import Note, TrialResult, TrialSpec
+from perftune.routes import script_argv
 
 #: knobs whose read-back in ``applied`` is the knob's own value (so the two can be compared)
 READ_BACK_AS_IS = ("mode", "jit_level", "num_parallel_workers", "prefetch_size", "dataset_autotune")
@@ -59,7 +61,8 @@ class ScriptBurst:
         self.spec = spec
         self.dir = Path(out_dir).resolve()  # the script changes the working directory
         self.result = failed_result(spec, "failed", None)
-        self.imposed = set(spec.script_knobs)
+        # the built-in knobs the plan names; its own knobs reach the script by their routes (``perftune.routes``)
+        self.imposed = {name for name in spec.script_knobs if name in knob_registry.KNOBS}
 
     def memory(self) -> None:
         read_memory(self.result, self.spec.device)
@@ -82,14 +85,24 @@ class ScriptBurst:
         meter = Meter(spec, self.dir, self.result)
         ScriptFigures(meter)
         hooks = ScriptHooks(spec, self.imposed, meter, lambda: Callback(meter=meter, stop=True))
-        meter.loop_refusal = hooks.custom_loop_refusal()
+        refuse_custom_loops(hooks.custom_loop_refusal())
         argv = script_argv(script.script, script.args, script.knob_args, spec.knobs)
         if script.seed_arg:  # the accuracy gate's seed runs: the script's own seed follows perftune's
             argv += [script.seed_arg, str(spec.seed)]
+        try:
+            copies = ConfigCopies(spec, self.dir)
+        except (UserError, OSError) as exc:  # the user's config file changed or vanished since validation
+            self.result.reason = f"cannot write the trial's copy of a config file: {exc}"
+            return self.result
+        argv = copies.argv(argv)
         self.result.applied["argv"] = argv[1:]
+        if copies.copies:
+            self.result.applied["config"] = copies.applied(self.dir)
+        if spec.env:
+            self.result.applied["env"] = dict(spec.env)
         failure = self.run_script(Path(script.script), argv, meter, hooks)
         self.result.applied.update(hooks.read_back())
-        self.result.notes += hooks.notes
+        self.result.notes += hooks.notes + copies.notes()
         self.result.environment = environment(spec.device, spec.knobs["kernel_threads"] or None)
         self.memory()
         if meter.done:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from perftune.burst.callback import attach_figures
 from perftune.burst.failures import one_line
 from perftune.burst.meter import Meter
 from perftune.burst.results import figure
@@ -13,7 +14,8 @@ from perftune.io.records import Accuracy, Note
 
 
 class ScriptFigures:
-    """Attached to a script burst's ``Meter`` (``meter.figures``, and its ``accuracy_end``)."""
+    """Attached to a script burst's ``Meter`` (its ``accuracy_end``), and what ``perftune.metric`` feeds
+    (``callback.attach_figures``)."""
 
     def __init__(self, meter: Meter):
         self.meter = meter
@@ -21,8 +23,8 @@ class ScriptFigures:
         self.evaluate: Optional[Callable[[], dict]] = None
         self.values: dict[str, Optional[float]] = {}
         self.samples: Optional[int] = None
-        meter.figures = self
         meter.accuracy_end = self.at_accuracy_end
+        attach_figures(self)
 
     def metric(self, name: str, value: Any) -> None:
         """``perftune.metric``: a validation figure the script computed.  Kept when reported before the timed

@@ -11,6 +11,7 @@ import inspect
 from typing import Any, Callable, Optional
 
 from perftune import knobs as knob_registry
+from perftune.burst.callback import active_figures
 from perftune.burst.context import GRAPH_KERNEL_FLAGS
 from perftune.burst.failures import KnobRefused, one_line
 from perftune.burst.meter import BurstDone, Meter
@@ -240,7 +241,7 @@ class ScriptHooks:
                 else [callbacks]
             arguments["callbacks"] = callbacks + [hooks.make_callback()]  # last: its step time holds theirs
             valid = arguments.get("valid_dataset")  # Model.fit: the script's validation, run at equal samples seen
-            figures = hooks.meter.figures
+            figures = active_figures()
             if valid is not None and figures is not None and figures.evaluate is None:
                 figures.evaluate = lambda: model.eval(valid, dataset_sink_mode=False)
             hooks.trained = True
@@ -289,7 +290,7 @@ class ScriptHooks:
     def custom_loop_refusal(self) -> Optional[str]:
         """Why a custom loop (``perftune.steps``) cannot run this trial: Model knobs set away from their default."""
         changed = [f"{name}={knob_registry.format_value(self.k[name])}" for name in sorted(self.imposed)
-                   if knob_registry.KNOBS[name].script_route == "model"
+                   if name in knob_registry.KNOBS and knob_registry.KNOBS[name].script_route == "model"
                    and self.k[name] != knob_registry.KNOBS[name].default]
         if not changed:
             return None

@@ -107,8 +107,8 @@ class LoopIterator:
         if not self.decided or callback.explicit_loop():
             return next(self.inner)
         meter = self.state.meter
-        if meter.loop_refusal:
-            raise KnobRefused(meter.loop_refusal)
+        if callback.loop_refusal():
+            raise KnobRefused(callback.loop_refusal())
         if self.previous is None:
             meter.start()
         # the previous step ends when the loop asks for the next batch, before it is fetched (its loss read back

@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
-from perftune.io.records import Note
+from perftune.io.records import Note, StepRecord, TrialSpec
 
 #: the shortest block: a block's median over fewer steps moved by a 4 ms scheduler tick on these machines
 BLOCK_STEPS = 5
@@ -76,3 +76,28 @@ def note(state: Settling, steps: int) -> Note:
                                      f"{MAX_STEPS} steps, or the first process's untimed samples; the last two "
                                      f"blocks of {state.block} steps {change} apart): the timed windows may include "
                                      "a process still warming up")
+
+
+class RepeatWarmup:
+    """The ``Meter``'s warm-up in a repeat process: it skips the accuracy window and warms up until its step time
+    settles, for at most the first process's untimed samples (its accuracy window and warm-up steps).  ``on``: not
+    in a first or a paired process, nor on a distributed burst (``agree``), whose ranks must take the same
+    decisions."""
+
+    def __init__(self, spec: TrialSpec, agree: Optional[Callable[[int], int]] = None):
+        self.spec = spec
+        self.on = spec.replicate > 0 and spec.pair is None and agree is None
+        self.steps: list[StepRecord] = []  # the settled warm-up's steps after the compile, once it ended
+
+    def state(self, in_phase: list[StepRecord], records: list[StepRecord], samples_seen: int) -> Settling:
+        """The warm-up's steps so far (``in_phase``) judged for a steady state; the process's first step (its
+        compile, ``records[0]``) left out; out of budget past the first process's untimed samples."""
+        per_step = in_phase[-1].samples_seen // len(in_phase) if in_phase else 0
+        budget = self.spec.accuracy_samples + self.spec.burst.warmup_steps * per_step
+        return settling([r.step_ms for r in in_phase if r is not records[0]],
+                        spent=bool(in_phase) and samples_seen >= budget)
+
+    def end(self, in_phase: list[StepRecord], records: list[StepRecord], samples_seen: int) -> Note:
+        """The warm-up is over: its steps kept (the drain counts them) and how it ended, as a note."""
+        self.steps = [r for r in in_phase if r is not records[0]]
+        return note(self.state(in_phase, records, samples_seen), len(in_phase))

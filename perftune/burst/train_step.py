@@ -3,7 +3,7 @@
 Both return ``(loss, grad_norm)`` and implement the same maths: optional gradient accumulation over equal
 micro-batches of the batch, loss scaling (none / static / dynamic, skipping the update on overflow), and the global
 gradient norm for the accuracy gate, switched on and off at run time (``TrainStep.norm``): a tensor input of the one
-compiled graph, so the accuracy window and the timed steps run the same graph (issue 38: two graphs cost every
+compiled graph, so the accuracy window and the timed steps run the same graph (two graphs would cost every
 process a second compile).  The ``cell`` form is a ``nn.Cell`` compiled as a whole (the ``TrainOneStepCell``
 style); the ``function`` form is an ``ms.jit`` function around ``value_and_grad`` and the optimizer.  On CPU the
 two are 2-4x apart (see ``../shared/mindspore-notes.md``), which is why it is a knob.

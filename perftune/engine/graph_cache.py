@@ -1,5 +1,5 @@
 """MindSpore's compile cache, one folder per configuration: a configuration's later processes load the graphs its
-first process compiled instead of compiling them again (issue 38).
+first process compiled instead of compiling them again: a compile is most of a short process's fixed cost.
 
 MindSpore's cache (``MS_COMPILER_CACHE_ENABLE`` / ``MS_COMPILER_CACHE_PATH``) names its files by the order of the
 compiles in a process (``compile_cache_<n>.mindir``) and checks only the source files they came from, not what was

@@ -37,7 +37,7 @@ class LaneSweep(Protocol):
 
     def book(self, key: Hashable) -> int: ...  # the next replicate of ``key``, reserved
     def measure_booked(self, key: Hashable, replicate: int, lane: int) -> Any: ...  # any thread
-    def settle(self, key: Hashable, trial: Any) -> LaneOutcome: ...  # main thread, in lane order
+    def use(self, key: Hashable, trial: Any) -> LaneOutcome: ...  # main thread, in lane order
 
 
 def run_lanes(lanes: Sequence[Sequence[Item]], work: Callable[[int, Item], Done],
@@ -82,7 +82,7 @@ def lanes_of(sweep: LaneSweep, runner: ParallelRunner) -> Lanes:
     def run_round(sequences: list[list[Hashable]]) -> list[list[LaneOutcome]]:
         booked = [[(key, sweep.book(key)) for key in seq] for seq in sequences]  # in a fixed order, before any runs
         trials = run_lanes(booked, lambda lane, item: sweep.measure_booked(item[0], item[1], lane), runner.stop)
-        return [[sweep.settle(key, trial) for (key, _), trial in zip(items, done)]
+        return [[sweep.use(key, trial) for (key, _), trial in zip(items, done)]
                 for items, done in zip(booked, trials)]
 
     return Lanes(runner.lanes, run_round, runner.lane_node)

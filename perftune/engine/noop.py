@@ -8,8 +8,9 @@ the burst's notes ("... has no effect ...") and its read-back of what MindSpore 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
+from perftune import knobs
 from perftune.io.records import TrialResult
 
 #: knob -> the read-back ``applied[knob]`` expected for a requested value (only knobs read back as the value itself;
@@ -38,6 +39,20 @@ def no_effect_reasons(changes: dict[str, Any], result: TrialResult) -> list[str]
             reasons.append(f"{knob}={_fmt(value)} was not applied: MindSpore reports {knob}={_fmt(seen)} after "
                            f"the burst set it")
     return reasons
+
+
+def model_mismatch(changes: dict[str, Any], result: TrialResult, reference: Optional[TrialResult]) -> str:
+    """Why the trial is not the model its label says, or "": a change of built-in knobs alone (none of which changes
+    the network's parameters) whose trial counts other parameters than its reference (a ``value_map`` that swaps
+    whole config files runs another model under the knob's name)."""
+    if reference is None or not changes or not all(k in knobs.KNOBS for k in changes):
+        return ""
+    ours, theirs = result.parameter_count, reference.parameter_count
+    if ours is None or theirs is None or ours == theirs:
+        return ""
+    return (f"the model differs: {ours:,} parameters against the reference's {theirs:,}, yet "
+            f"{', '.join(sorted(changes))} should not change the model (does a value_map hand the script another "
+            "model's config?)")
 
 
 def _fmt(v: Any) -> str:

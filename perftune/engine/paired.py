@@ -1,18 +1,18 @@
 """Paired windows in one process: a data-pipeline change compared without the noise between processes.
 
-Why: two processes of one configuration differ by 9-24% on these machines (start-up, memory layout, where the
-threads land), while windows inside one process agree to a few percent, and 87-92% of a fresh process is fixed
-cost.  A change that touches only the data pipeline (``Knob.pairable``, or a workload's ``DATA_PARAMS``) can be
-measured inside one process instead: the model is built and compiled once, two pipelines (reference A, candidate
-B) feed it, and the timed windows alternate in ABBA / BAAB blocks (``burst.meter.pair_schedule``), each switch
-preceded by an untimed drain of the new pipeline's queue (``burst.meter``).  Each block gives one paired difference
-``mean log B - mean log A``; linear drift cancels within a block, and whatever slows the process slows both arms.
-A model-side change (``Knob.model_pairable``: AMP level, loss scale, batch size, gradient accumulation, recompute,
-train step, jit level) is paired too, with two models: each arm builds its own network, optimizer and step from the
-same seed and is fed by its own pipeline (issue 38), where both fit in memory (``fits_twice``).  Knobs that change
-process-wide state (mode, graph kernel, threads, distributed) stay fresh-process comparisons (``sequential.py``):
-MindSpore holds them once per process.  The designs answer the same question, "is B faster than A", and a
-benchmark (``experiments/benchmarks/verdicts.py``) checks that they agree.
+Why: two processes of one configuration differ by 9-24% on these machines (start-up, memory layout, where the threads
+land), while windows inside one process agree to a few percent, and 87-92% of a fresh process is fixed cost.  A change
+that touches only the data pipeline (``Knob.pairable``, or a workload's ``DATA_PARAMS``) can be measured inside one
+process instead: the model is built and compiled once, two pipelines (reference A, candidate B) feed it, and the timed
+windows alternate in ABBA / BAAB blocks (``burst.arms.pair_schedule``), each switch preceded by an untimed drain of the
+new pipeline's queue (``burst.drain``).  Each block gives one paired difference ``mean log B - mean log A``; linear
+drift cancels within a block, and whatever slows the process slows both arms.  A model-side change
+(``Knob.model_pairable``: AMP level, loss scale, batch size, gradient accumulation, recompute, train step, jit level) is
+paired too, with two models: each arm builds its own network, optimizer and step from the same seed and is fed by its
+own pipeline, where both fit in memory (``fits_twice``): one process, so one noise, for changes a pipeline cannot carry.
+Knobs that change process-wide state (mode, graph kernel, threads, distributed) stay fresh-process comparisons
+(``sequential.py``): MindSpore holds them once per process.  The designs answer the same question, "is B faster than A",
+and a benchmark (``experiments/benchmarks/verdicts.py``) checks that they agree.
 
 The model of a paired difference: ``d_jk = mu + u_j + e_jk`` for block ``k`` of process ``j``: ``e`` the window
 noise left after pairing (``sigma``, pooled within processes), ``u`` what differs between processes in the
@@ -89,6 +89,19 @@ def fits_twice(reference: Optional[TrialResult], candidate: Optional[TrialResult
         return False
     peaks = [r.memory.host_rss_peak_bytes for r in (reference, candidate)]
     return available_bytes is not None and None not in peaks and sum(peaks) <= MEMORY_SHARE * available_bytes
+
+
+def pairing(reference: TrialSpec, candidate: TrialSpec, reference_first: Optional[TrialResult],
+            candidate_first: Optional[TrialResult]) -> Optional[str]:
+    """Why two configurations (their first processes' specs) can share a paired process, or None: never a script
+    or a distributed burst; two models only where both fit (``fits_twice``, from their finished first processes)."""
+    if reference.script is not None or int(reference.knobs["workers"]) > 1 or int(candidate.knobs["workers"]) > 1:
+        return None
+    why = pairable_change(reference.knobs, candidate.knobs, reference.workload, reference.workload_params,
+                          candidate.workload_params)
+    if why is None or not knobs.model_change(reference.knobs, candidate.knobs):
+        return why
+    return why if fits_twice(reference_first, candidate_first, available_memory()) else None
 
 
 def available_memory() -> Optional[int]:

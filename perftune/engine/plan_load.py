@@ -13,6 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from perftune import knobs
+from perftune.engine.own_knobs import check_own_knobs, declared, own_value_problem
 from perftune.engine.plan_yaml import MAX_PLAN_BYTES, PlanYAMLError, load_bounded
 from perftune.engine.script_plan import check_script_workload
 from perftune.errors import UserError
@@ -61,22 +62,27 @@ def _format_pydantic(err: ValidationError) -> list[str]:
     return lines
 
 
-def _check_knob_values(plan_dict: dict) -> list[str]:
+def _check_knob_values(plan_dict: dict, own: set[str]) -> list[str]:
+    """Registry knobs against the registry; ``own``: the names the plan routes itself (``engine.own_knobs`` checks
+    their values once the plan is typed)."""
     problems: list[str] = []
     baseline = plan_dict.get("baseline") or {}
     variables = plan_dict.get("variables") or {}
     if isinstance(baseline, dict):
         for name, value in baseline.items():
-            problems += _check_one(f"baseline.{name}", name, value)
+            if name not in own or name in knobs.KNOBS:
+                problems += _check_one(f"baseline.{name}", name, value)
     if isinstance(variables, dict):
         effective_base = knobs.effective({k: v for k, v in baseline.items() if k in knobs.KNOBS}) if isinstance(
             baseline, dict) else knobs.defaults()
         for name, values in variables.items():
-            if name not in knobs.KNOBS:
+            if name not in knobs.KNOBS and name not in own:
                 problems += _check_one(f"variables.{name}", name, None)
                 continue
             if not isinstance(values, list) or not values:
                 problems.append(f"variables.{name}: expected a non-empty list of values (got {values!r})")
+                continue
+            if name not in knobs.KNOBS:
                 continue
             for i, value in enumerate(values):
                 msg = _check_one(f"variables.{name}[{i}]", name, value)
@@ -97,7 +103,9 @@ def _check_one(path: str, name: str, value: Any) -> list[str]:
     if knob is None:
         close = [k for k in knobs.KNOBS if k.startswith(name[:4])] if len(name) >= 4 else []
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        return [f"{path}: unknown knob {name!r}{hint} (allowed: {', '.join(sorted(knobs.KNOBS))})"]
+        return [f"{path}: unknown knob {name!r}{hint} (a knob of your own needs a route: workload.knob_args, "
+                f"workload.knob_config or workload.knob_env for a script, knob_params or knob_env for a workload; "
+                f"built-in: {', '.join(sorted(knobs.KNOBS))})"]
     why = knob.check(value)
     return [f"{path}: {value!r} is not allowed ({why})"] if why else []
 
@@ -177,7 +185,8 @@ def parse_plan(data: Any, source: str = "plan", base_dir: Path | None = None) ->
     if not isinstance(data, dict):
         raise PlanError([f"(top level): expected a mapping of fields, got {type(data).__name__}"], source)
     data = _normalize_knobs(data)
-    problems = _check_knob_values(data)
+    own, problems = declared(data)
+    problems += _check_knob_values(data, own)
     problems += _check_distributed(data)
     if isinstance(data.get("workload"), str):
         why = check_reference(data["workload"])
@@ -191,6 +200,8 @@ def parse_plan(data: Any, source: str = "plan", base_dir: Path | None = None) ->
     except ValidationError as err:
         problems = _format_pydantic(err) + problems
         raise PlanError(problems, source) from None
+    plan, own_problems = check_own_knobs(plan)
+    problems += own_problems
     if problems:
         raise PlanError(problems, source)
     return plan
@@ -225,8 +236,9 @@ def load_plan(path: str | Path) -> Plan:
     return parse_plan(data, str(path), path.resolve().parent)
 
 
-def parse_set_options(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
-    """``--set knob=value`` pairs (values parsed as YAML scalars), checked against the registry."""
+def parse_set_options(pairs: tuple[str, ...] | list[str], plan: Plan | None = None) -> dict[str, Any]:
+    """``--set knob=value`` pairs (values parsed as YAML scalars), checked against the registry, or, for the plan's
+    own knobs, against their routes (``engine.own_knobs``)."""
     out: dict[str, Any] = {}
     problems = []
     for pair in pairs:
@@ -237,7 +249,9 @@ def parse_set_options(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
         value = yaml.safe_load(raw) if raw.strip() else None
         if name.strip() in knobs.KNOBS:
             value = knobs.KNOBS[name.strip()].normalize(value)
-        msg = _check_one(f"--set {name}", name.strip(), value)
+        own = plan is not None and name.strip() in plan.baseline and name.strip() not in knobs.KNOBS
+        why = own_value_problem(plan, name.strip(), value) if own else None
+        msg = [f"--set {name}: {why}"] if why else [] if own else _check_one(f"--set {name}", name.strip(), value)
         if msg:
             problems += msg
         else:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from perftune.io.sweep_records import SweepTrial
+from perftune.words import lm
+from perftune.words.reasons import process_flags
+
 
 class SweepProgress(Protocol):
     """What the sweep reports while it runs; the CLI renders it (a progress bar, or plain lines)."""
@@ -37,3 +41,11 @@ def most_lines(singles: int, max_runs: int, seeds: int = 1) -> int:
     that size the accuracy window, which come on top."""
     rounds = 2 * (max(max_runs, 1) - 1)
     return seeds + 1 + singles * (3 + rounds) + max_runs + singles * (2 + rounds) + singles
+
+
+def process_line(trial: SweepTrial) -> str:
+    """A finished process's progress line: what it measured, or why it failed."""
+    r = trial.result
+    what = lm.progress_text(r) if r.status == "ok" and r.samples_per_s else f"{trial.verdict}: {trial.reason}"
+    run = f" (run {trial.replicate + 1})" if trial.replicate else ""
+    return f"  {trial.label}{run}: {what}{process_flags(trial)}"

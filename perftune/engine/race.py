@@ -2,7 +2,7 @@
 
 Round 1 measures ``R C1 R C2 R ... Cn R``; every later round measures ``C R`` for each candidate still open, so every
 candidate process sits between two reference processes (``perftune.engine.sequential.blocks``).  A candidate leaves
-the race when its comparison is decided (faster, slower, equivalent), when ``settled`` says its timing no longer
+the race when its comparison is decided (faster, slower, equivalent), when ``timing_moot`` says its timing no longer
 matters (a known no-op, an accuracy failure: those verdicts do not depend on speed), when one of its processes fails,
 after ``policy.max_runs`` processes, when the rest of that budget is unlikely to decide it (``sequential.futile``:
 it ends ``undecided``, marked ``futile``), or when ``out_of_time`` (the sweep's wall-time budget) stops adding rounds.
@@ -119,7 +119,7 @@ class Race:
     runs: list[ProcessRun]
     policy: Policy = field(default_factory=Policy)
     out_of_time: Callable[[], bool] = _no_deadline
-    settled: Callable[[Hashable], bool] = _never
+    timing_moot: Callable[[Hashable], bool] = _never  # no more timing can change its verdict
     processes: dict[Hashable, int] = field(default_factory=dict)  # candidate -> processes it got in this race
     lanes: Optional[Lanes] = None  # processes side by side (a cluster's nodes); None: one at a time
     #: whether a candidate is compared with the reference by paired processes, and how one is measured (None: failed)
@@ -134,8 +134,8 @@ class Race:
         """The processes ``candidate`` may still get: ``max_runs`` less those it has (its first one included)."""
         return self.policy.max_runs - self.processes[candidate]
 
-    def go_on(self, candidate: Hashable, d: Optional[Decision]) -> bool:
-        """Whether an open comparison gets another process: budget left, and not ``futile`` (then ``stopped``)."""
+    def worth_another(self, candidate: Hashable, d: Optional[Decision]) -> bool:
+        """Whether an open comparison is worth another process: budget left, and not ``futile`` (then ``stopped``)."""
         left = self.left(candidate)
         if left <= 0:
             return False
@@ -199,16 +199,17 @@ class Race:
 
     def goes_on(self, candidate: Hashable, reference: Hashable, d: Optional[Decision], family: int) -> bool:
         """The one continuation rule of the race, on one machine and on lanes: whether ``candidate`` gets another
-        process after a round.  Never past twice ``max_runs`` processes tried (usable or not) nor once ``settled``;
+        process after a round.  Never past twice ``max_runs`` processes tried (usable or not) nor once ``timing_moot``;
         a paired comparison with one arm order gets the other whatever its budget (``one_order``); an open one, or one
         with no decision yet (its processes had no usable reference beside them), while it has budget and is not
-        futile (``go_on``); a decided one while the multiplicity rule could still demote it (``undiscovered``)."""
-        if self.tried.get(candidate, 0) >= 2 * self.policy.max_runs or self.settled(candidate):
+        futile (``worth_another``); a decided one while the multiplicity rule could still demote it
+        (``undiscovered``)."""
+        if self.tried.get(candidate, 0) >= 2 * self.policy.max_runs or self.timing_moot(candidate):
             return False
         if self.one_order(candidate, reference):
             return True
         if d is None or d.outcome == "open":
-            return self.go_on(candidate, d)
+            return self.worth_another(candidate, d)
         return self.undiscovered(candidate, d, family)
 
     def next_round(self, pending: Sequence[Hashable], stopped: set, reference: Hashable,
@@ -261,7 +262,7 @@ class Race:
 
     def _run_lanes(self, candidates: Sequence[Hashable], reference: Hashable,
                    lanes: Lanes) -> dict[Hashable, Optional[Decision]]:
-        """The race with rounds measured on ``lanes.count`` lanes at once (see the module's docstring)."""
+        """The race with rounds measured on ``Lanes.count`` lanes at once (see the module's docstring)."""
         self.processes, self.tried = {c: 0 for c in candidates}, {c: 0 for c in candidates}
         pending = list(candidates)
         rounds = 0

@@ -19,6 +19,8 @@ from typing import Any, Optional
 #: argparse types whose conversion is checked
 CONVERTERS = {"int": int, "float": float, "str": str}
 FLAG_ACTIONS = ("store_true", "store_false", "store_const", "count", "help", "version")
+#: flags a boolean knob reaches by the option's presence or absence
+FLAG_VALUE_ACTIONS = ("store_true", "store_false")
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,8 @@ class ScriptOption:
     type_name: Optional[str]  # "int", "float", "str" or None (not checked)
     choices: Optional[tuple]  # literal choices, or None
     flag: bool  # takes no value
+    action: Optional[str] = None  # argparse's literal action (``store_true``), if any
+    default: Any = None  # the literal default, if any (an own knob's baseline when the plan gives none)
 
 
 def local_modules(tree: ast.Module, folder: Path) -> list[Path]:
@@ -64,7 +68,8 @@ def options_in(tree: ast.Module, path: Path) -> dict[str, ScriptOption]:
         action = literal(keywords.get("action"))
         option = ScriptOption(option="", where=f"{path.name}:{node.lineno}", type_name=type_name,
                               choices=tuple(choices) if isinstance(choices, (list, tuple, set)) else None,
-                              flag=action in FLAG_ACTIONS)
+                              flag=action in FLAG_ACTIONS, action=action if isinstance(action, str) else None,
+                              default=literal(keywords.get("default")))
         for name in names:
             out[name] = ScriptOption(**{**option.__dict__, "option": name})
     return out

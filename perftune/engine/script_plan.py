@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from perftune import knobs
-from perftune.engine.script_args import refusal, script_options
+from perftune.engine.script_args import FLAG_VALUE_ACTIONS, refusal, script_options
 from perftune.errors import UserError
 from perftune.io.plan import ScriptWorkload
+from perftune.routes import given_value, option_of
 
 #: knobs a script burst cannot run at any value but the default (the burst of a script is one process)
 SCRIPT_UNSUPPORTED = ("workers",)
@@ -44,28 +45,28 @@ def check_script_workload(data: dict, base_dir: Path) -> tuple[dict, list[str]]:
     knob_args = work.get("knob_args") if isinstance(work.get("knob_args"), dict) else {}
     for name, entry in knob_args.items():
         option = option_of(entry)
-        if name not in knobs.KNOBS:
-            problems.append(f"workload.knob_args.{name}: unknown knob {name!r} (allowed: "
-                            f"{', '.join(sorted(knobs.KNOBS))})")
-        elif not isinstance(option, str) or not option.strip():
+        if not isinstance(option, str) or not option.strip():
             problems.append(f"workload.knob_args.{name}: expected the script's option as a string, e.g. "
                             f"'--{name.replace('_', '-')}', or {{arg: '--{name.replace('_', '-')}', value_map: "
                             f"{{...}}}} (got {entry!r})")
     if not problems and isinstance(script, str) and script:
-        problems += knob_arg_problems(data, Path(data["workload"]["script"]), knob_args)
+        data, arg_problems = knob_arg_problems(data, Path(data["workload"]["script"]), knob_args)
+        problems += arg_problems
     seed_arg = work.get("seed_arg")
     clash = [name for name, entry in knob_args.items() if option_of(entry) == seed_arg]
     if isinstance(seed_arg, str) and clash:  # the seed runs would set the knob, and the knob the seed
         problems.append(f"workload.seed_arg: {seed_arg!r} is also workload.knob_args.{clash[0]}; the script's seed "
                         "option must be its own")
-    problems += route_problems(knobs_in_play(data), knob_args)
+    knob_config = work.get("knob_config") if isinstance(work.get("knob_config"), dict) else {}
+    problems += route_problems(knobs_in_play(data), {**knob_config, **knob_args})
     problems += _check_metric(data)
     data = _default_metric(data)
     return data, problems
 
 
-def route_problems(in_play: list[tuple[str, str]], knob_args: dict) -> list[str]:
-    """One line per knob (named at ``path``) that has no way into the script."""
+def route_problems(in_play: list[tuple[str, str]], routed: dict) -> list[str]:
+    """One line per built-in knob (named at ``path``) that has no way into the script: no registry route and none
+    of the plan's (``routed``: its ``knob_args`` and ``knob_config``)."""
     problems, seen = [], set()
     for path, name in in_play:
         if name in seen:
@@ -75,17 +76,19 @@ def route_problems(in_play: list[tuple[str, str]], knob_args: dict) -> list[str]
             problems.append(f"{path}: knob {name!r} is not supported for a script workload (a script burst is "
                             "one process; run the script under msrun yourself and measure it with "
                             "perftune.Callback)")
-        elif not knobs.KNOBS[name].script_route and name not in knob_args:
+        elif not knobs.KNOBS[name].script_route and name not in routed:
             option = f"--{name.replace('_', '-')}"
             problems.append(f"{path}: knob {name!r} has no route into the script: perftune cannot set it from "
                             f"outside; name the script's option for it in workload.knob_args (e.g. {name}: "
-                            f"\"{option}\") or drop it from the plan")
+                            f"\"{option}\"), or the config field it sets in workload.knob_config, or drop it "
+                            "from the plan")
     return problems
 
 
 def check_set_routes(workload: ScriptWorkload, values: dict[str, Any]) -> None:
     """``perftune run --set``: the same refusal as the plan's."""
-    problems = route_problems([(f"--set {name}", name) for name in values], workload.knob_args)
+    in_play = [(f"--set {name}", name) for name in values if name in knobs.KNOBS]
+    problems = route_problems(in_play, {**workload.knob_config, **workload.knob_args})
     if problems:
         raise UserError(problems[0] if len(problems) == 1 else "\n".join(problems))
 
@@ -108,54 +111,40 @@ def _default_metric(data: dict) -> dict:
     return data
 
 
-def option_of(entry: Any) -> Any:
-    """The script option of a ``knob_args`` entry: ``"--mode"`` or ``{arg: "--mode", value_map: ...}``."""
-    if isinstance(entry, dict):
-        return entry.get("arg")
-    return getattr(entry, "arg", entry)
-
-
-def given_value(entry: Any, value: Any) -> str:
-    """What the script's option is given for the knob's ``value`` (through the entry's ``value_map``, if any)."""
-    mapping = entry.get("value_map") if isinstance(entry, dict) else getattr(entry, "value_map", None)
-    mapping = mapping if isinstance(mapping, dict) else {}
-    for key in (value, knobs.format_value(value)):
-        if not isinstance(key, (dict, list)) and key in mapping:
-            return knobs.format_value(mapping[key])
-    return knobs.format_value(value)
-
-
 def values_in_play(data: dict, name: str) -> list[Any]:
-    """The knob's values a sweep of this plan passes: the baseline's (or the registry default) and the variables'."""
+    """The knob's values a sweep of this plan passes: the baseline's (or the registry default) and the variables'.
+    An own knob's baseline may be left to the script (its option's default): then only the variables'."""
     baseline = data.get("baseline") if isinstance(data.get("baseline"), dict) else {}
     variables = data.get("variables") if isinstance(data.get("variables"), dict) else {}
-    out = [baseline.get(name, knobs.KNOBS[name].default)]
+    default = knobs.KNOBS[name].default if name in knobs.KNOBS else None
+    out = [baseline[name]] if name in baseline else [default] if name in knobs.KNOBS else []
     listed = variables.get(name)
     out += listed if isinstance(listed, list) else []
     return [v for i, v in enumerate(out) if v not in out[:i]]
 
 
-def knob_arg_problems(data: dict, script: Path, knob_args: dict) -> list[str]:
-    """A knob value the script's option cannot take as given (``script_args``): refused, with the field named."""
+def knob_arg_problems(data: dict, script: Path, knob_args: dict) -> tuple[dict, list[str]]:
+    """A knob value the script's option cannot take as given (``script_args``): refused, with the field named.  A
+    boolean knob reaches a ``store_true`` / ``store_false`` option by its presence: the entry gets its ``flag``."""
     options = script_options(script)
-    problems = []
+    problems, entries = [], dict(knob_args)
     for name, entry in knob_args.items():
         option = options.get(option_of(entry))
         if option is None:  # not declared literally: cannot be checked here (script_args says what it misses)
             continue
-        for value in values_in_play(data, name):
+        values = values_in_play(data, name)
+        if option.action in FLAG_VALUE_ACTIONS and values and all(isinstance(v, bool) for v in values):
+            entries[name] = {**(entry if isinstance(entry, dict) else {"arg": entry}), "flag": option.action}
+            continue
+        for value in values:
             why = refusal(option, given_value(entry, value))
             if why:
+                hint = (" (a flag: give the knob true | false)" if option.flag and option.action in
+                        FLAG_VALUE_ACTIONS else "")
                 problems.append(f"workload.knob_args.{name}: {name}={knobs.format_value(value)} cannot reach the "
-                                f"script: {why}; map the knob's values with value_map, e.g. {{arg: "
+                                f"script: {why}{hint}; map the knob's values with value_map, e.g. {{arg: "
                                 f"'{option.option}', value_map: {{{knobs.format_value(value)}: ...}}}}")
                 break
-    return problems
-
-
-def script_argv(script: str, args: list[str], knob_args: dict[str, Any], knob_values: dict[str, Any]) -> list[str]:
-    """``sys.argv`` of the script's run: its path, its own arguments, then ``OPTION VALUE`` per mapped knob."""
-    argv = [script, *args]
-    for name, entry in knob_args.items():
-        argv += [option_of(entry), given_value(entry, knob_values[name])]
-    return argv
+    if entries != knob_args:
+        data = {**data, "workload": {**data["workload"], "knob_args": entries}}
+    return data, problems

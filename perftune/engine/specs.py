@@ -12,15 +12,18 @@ from perftune.engine.plan_load import accuracy_samples
 from perftune.engine.plan_load import lr_scale as plan_lr_scale
 from perftune.io.plan import Plan, ScriptWorkload
 from perftune.io.records import PairArm, TrialSpec
+from perftune.routes import env_values, param_values
 
 #: part of every trial id.  Bumped when what a trial measures changes (so older trials are not reused), not when
 #: the trial.json format does: the schema upgrades in ``perftune.io.schema`` keep older files reusable.  Not bumped
-#: by issue 38 (one graph per process, repeats without the accuracy window): an older trial still measured the same
-#: configuration, and a resumed older sweep must not run again
+#: when a trial is measured differently but still measures the same configuration (one graph per process, repeats
+#: without the accuracy window): a resumed older sweep must not run again
 TRIAL_ID_VERSION = 1
 #: knobs added to the registry after trial ids were fixed: hashed only away from their default, so the ids (and
 #: resumes) of earlier sweeps stay as they were
 LATER_KNOBS = ("dataset_autotune",)
+#: a script workload's fields added after trial ids were fixed: hashed only when set, for the same reason
+LATER_SCRIPT_FIELDS = ("knob_config", "knob_env")
 
 
 def trial_id(fields: dict[str, Any]) -> str:
@@ -39,7 +42,9 @@ def make_spec(plan: Plan, knob_values: dict[str, Any], label: str, replicate: in
     script_knobs = sorted(set(plan.baseline) | set(plan.variables) | set(knob_values)) if script is not None else []
     fields = {
         "workload": str(plan.workload),
-        "workload_params": plan.workload_params,
+        # the knobs routed to the workload's own parameters (``knob_params``) set them; without such knobs the
+        # params are the plan's as they are
+        "workload_params": {**plan.workload_params, **param_values(plan, effective)},
         "device": plan.device,
         "seed": plan.seed,
         "knobs": effective,
@@ -54,7 +59,12 @@ def make_spec(plan: Plan, knob_values: dict[str, Any], label: str, replicate: in
     hashed["knobs"] = {k: v for k, v in effective.items()
                        if not (k in LATER_KNOBS and v == knobs.KNOBS[k].default)}
     if script is not None:  # only then, so that the ids of the other workloads' trials stay as they were
-        hashed["script"] = {**script.model_dump(exclude_none=True), "imposed": script_knobs}  # seed_arg: when set
+        dump = {k: v for k, v in script.model_dump(exclude_none=True).items()
+                if v or k not in LATER_SCRIPT_FIELDS}  # seed_arg and a knob_args entry's flag: when set
+        hashed["script"] = {**dump, "imposed": script_knobs}
+    env = env_values(plan, effective)
+    if env:  # only then, so that the ids of plans without environment knobs stay as they were
+        hashed["env"] = env
     if lr_scale != 1.0:  # only then, so that trial ids (and resumes) of plans without the rule stay as they were
         hashed["lr_scale"] = lr_scale
     dist = plan.distributed
@@ -64,7 +74,7 @@ def make_spec(plan: Plan, knob_values: dict[str, Any], label: str, replicate: in
         fields["burst"] = plan.burst.model_copy(update={"repeats": windows}).model_dump(exclude_none=True)
     return TrialSpec(trial_id=trial_id(hashed), label=label, lr_scale=lr_scale,
                      cache_dir=str(cache_dir) if cache_dir else None, distributed=dist, script=script,
-                     script_knobs=script_knobs, **fields)
+                     script_knobs=script_knobs, env=env, **fields)
 
 
 def paired_spec(reference: TrialSpec, candidate: TrialSpec, replicate: int, blocks: int,

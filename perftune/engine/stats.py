@@ -192,6 +192,17 @@ def interval(diff: float, se: float, df: float, policy: Policy, looks: int) -> I
     return Interval(outcome, math.exp(diff), low, high, p_value, float(df), 1.0 - alpha, looks)
 
 
+def blocks_interval(differences: Sequence[float], confidence: float = 0.95) -> Optional[Interval]:
+    """One paired process's own interval, from its blocks' log differences alone (looked at once, no equivalence
+    margin): what a table shows beside each paired process.  None without two blocks."""
+    n = len(differences)
+    if n < 2:
+        return None
+    mean = math.fsum(differences) / n
+    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in differences) / (n - 1))
+    return interval(mean, sd / math.sqrt(n), n - 1, Policy(confidence=confidence, equivalence=0.0, max_runs=1), 1)
+
+
 @dataclass(frozen=True)
 class PairedFacts:
     """What only a paired comparison has (``perftune.engine.paired``): its processes' ABBA blocks and the two

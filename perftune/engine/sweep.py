@@ -13,16 +13,15 @@ Order of work
    (a change that stops helping once stacked is dropped, and said so) and the accuracy gate still holds;
 4. leave-one-out: the final stack minus each of its changes, to show each change's contribution in context.
 
-The processes themselves (measured or reused, booked, recorded, contended ones left out by one rule) are
-``processes.py``'s; this module is the order of the phases and the decisions.  Each phase is one method
-(``baseline``, ``one_at_a_time``, ``stack``, ``leave_one_out``) that ``run`` calls in order, so a new phase (more
-baseline processes, say) is a method and a line there: it measures with ``self.procs.measure_process(key)``
-after ``self.procs.register(changes, kind)`` and appends the usable ``ProcessRun`` it gets to ``self.runs`` (the
-races do that themselves), so the noise and the comparisons count it.  A runner with lanes (a Ray cluster's
-nodes) measures each round side by side (``lanes.py``).  Every trial's folder is named by its id (a hash of all knob
-values, the burst settings and the replicate index), and the races are deterministic given the measurements, so a
-rerun reuses what finished and runs only what is missing.  ``results.json`` is rewritten (atomically) after every
-trial.
+The processes themselves (booked, measured, contended ones left out by one rule) are ``processes.py``'s, their trial
+folders and ``results.json`` ``trial_store.py``'s; this module is the order of the phases and the decisions.  Each phase
+is one method (``baseline``, ``one_at_a_time``, ``stack``, ``leave_one_out``) that ``run`` calls in order, so a new
+phase (more baseline processes, say) is a method and a line there: it measures with ``self.procs.measure_process(key)``
+after ``self.procs.register(changes, kind)`` and appends the usable ``ProcessRun`` it gets to ``self.procs.runs`` (the
+races do that themselves), so the noise and the comparisons count it.  A runner with lanes (a Ray cluster's nodes)
+measures each round side by side (``lanes.py``).  Every trial's folder is named by its id (a hash of all knob values,
+the burst settings and the replicate index), and the races are deterministic given the measurements, so a rerun reuses
+what finished and runs only what is missing.  ``results.json`` is rewritten (atomically) after every trial.
 """
 
 from __future__ import annotations
@@ -34,15 +33,18 @@ from pathlib import Path
 from typing import Any, Hashable, Optional
 
 from perftune import knobs
-from perftune.engine import accuracy as accuracy_gate
-from perftune.engine import noop, order, seed_runs, stack_check, stacking, verdicts
+from perftune.engine import noop, order, stacking, verdicts
+from perftune.engine.accuracy import gate as accuracy_gate
+from perftune.engine.accuracy import seeds as seed_runs
+from perftune.engine.accuracy import stack_check
 from perftune.engine.lanes import ParallelRunner, lanes_of
 from perftune.engine.paired import PairedRun, decide_paired
-from perftune.engine.processes import Processes, TrialRunner
+from perftune.engine.processes import Processes
 from perftune.engine.progress import SilentProgress, SweepProgress, most_lines
 from perftune.engine.race import Race
 from perftune.engine.sequential import decide
-from perftune.engine.stats import Noise, Policy, ProcessRun, benjamini_hochberg, compare
+from perftune.engine.stats import Noise, Policy, benjamini_hochberg, compare
+from perftune.engine.trial_store import TrialRunner, TrialStore
 from perftune.io.outdir import clear_own
 from perftune.io.plan import Plan
 from perftune.io.sweep_records import (
@@ -55,10 +57,8 @@ from perftune.io.sweep_records import (
 )
 from perftune.words import lm, reasons, rules
 
-FAILED = FAILED_VERDICTS
 #: the reference of the sweep's A/A check (``aa_check``): the baseline's earlier half of processes
 AA_REFERENCE = "baseline (earlier runs)"
-label_of = knobs.label_of
 
 
 def utc_now() -> str:
@@ -79,29 +79,27 @@ class Sweep:
         d = plan.decision
         self.policy = Policy(confidence=d.confidence, equivalence=d.equivalence, max_runs=d.max_runs)
         self.started = time.perf_counter()
-        self.procs = Processes(plan, self.out, run, self.result, progress or SilentProgress(), self.out_of_time)
+        self.store = TrialStore(self.out, run, self.result, progress or SilentProgress())
+        self.procs = Processes(plan, self.store, self.say, self.out_of_time)
+        self.expected = self.ticks = 0  # progress lines expected so far, and given
         self.base: Hashable = ""
         self.best: Hashable = ""
         # a runner with lanes (a Ray cluster's nodes) measures each race's rounds side by side (``lanes.py``)
         self.parallel = run if isinstance(run, ParallelRunner) and run.lanes > 1 else None
         self.pairs: list[PairedRun] = []  # every paired process's blocks (``engine/paired.py``), in order
 
-    @property
-    def runs(self) -> list[ProcessRun]:
-        return self.procs.runs
-
-    def save(self) -> None:
-        self.procs.save()
-
     def say(self, line: str) -> None:
-        self.procs.say(line)
+        """One progress line (a process measured, or a verdict); the bar grows past what was expected (an extra
+        round, a re-measure, stacking or leave-one-out)."""
+        with self.store.lock:  # a cluster's lanes say their processes from their own threads
+            self.ticks += 1
+            if self.ticks > self.expected:
+                self.store.progress.grow(1)
+            self.store.progress.done(line)
 
     def out_of_time(self) -> bool:
         budget = self.plan.decision.budget_s
         return budget is not None and time.perf_counter() - self.started > budget
-
-    def first(self, key: Hashable) -> SweepTrial:
-        return self.procs.first(key)
 
     @property
     def baseline_runs(self) -> list[SweepTrial]:
@@ -113,31 +111,31 @@ class Sweep:
         return accuracy_gate.check(base, trial.result.accuracy, self.plan.accuracy, seed_runs.band(self.result),
                                    self.plan.decision.confidence) if base else None
 
-    def settled(self, key: Hashable) -> bool:
+    def timing_moot(self, key: Hashable) -> bool:
         """No more timing can change the verdict: a known no-op, or an accuracy failure."""
-        trial = self.first(key)
+        trial = self.procs.first(key)
         gate = self.gate(trial)
         return bool(noop.no_effect_reasons(trial.changes, trial.result)) or (gate is not None and not gate.ok)
 
     def race(self, candidates: list[Hashable], reference: Hashable) -> dict[Hashable, Optional[ComparisonRecord]]:
         """Race ``candidates`` against ``reference``; their comparisons as records."""
-        race = Race(self.procs.measure_process, self.runs, self.policy, self.out_of_time, self.settled,
+        race = Race(self.procs.measure_process, self.procs.runs, self.policy, self.out_of_time, self.timing_moot,
                     lanes=lanes_of(self.procs, self.parallel) if self.parallel is not None else None,
                     pairable=lambda ref, cand: self.procs.pairable(ref, cand) is not None,
                     measure_pair=self.procs.measure_pair, pairs=self.pairs)
         decisions = race.run(candidates, reference)
-        label = label_of(self.procs.configs[reference][0])
+        label = knobs.label_of(self.procs.configs[reference][0])
         self.record_noise()
         return {c: verdicts.record(d, label) if d else None for c, d in decisions.items()}
 
     def informational(self, candidate: Hashable, reference: Hashable, label: str) -> Optional[ComparisonRecord]:
         """A comparison looked at once (not raced): e.g. a stack row against the baseline."""
-        d = decide(self.runs, candidate, reference, self.record_noise(), self.policy, looks=1)
+        d = decide(self.procs.runs, candidate, reference, self.record_noise(), self.policy, looks=1)
         return verdicts.record(d, label, final=False) if d else None
 
     def record_noise(self) -> Noise:
         """The sweep's pooled process noise so far, recorded in results.json."""
-        noise = Noise.pooled(self.runs)
+        noise = Noise.pooled(self.procs.runs)
         self.result.noise_sd, self.result.noise_df, self.result.noise_observed_df = \
             noise.sd, noise.df, noise.observed_df
         return noise
@@ -150,15 +148,17 @@ class Sweep:
         trial.verdict, why = verdicts.verdict(
             getattr(trial, which), noop.no_effect_reasons(trial.changes, trial.result), gate,
             min_gain=self.plan.decision.min_gain, discovered=discovered, family=family, which=which)
-        if gate is not None and gate.ok and trial.verdict not in FAILED:  # a pass not judged, or not separated:
-            why.unjudged, why.gate_notes = list(gate.unjudged), gate.pass_notes()  # say so
+        if gate is not None and gate.ok and trial.verdict not in FAILED_VERDICTS:
+            why.unjudged, why.gate_notes = list(gate.unjudged), gate.pass_notes()  # a pass not judged or separated
+        base = self.baseline_runs[0].result if self.baseline_runs else None
+        why.model_differs = noop.model_mismatch(trial.changes, trial.result, base)
         self.explain(trial, why)
 
     def explain(self, trial: SweepTrial, why: Why) -> None:
         """``why`` recorded, and its words (the one renderer's) as the trial's ``reason``."""
         trial.why = why
         trial.reason = reasons.reason_text(trial)
-        self.save()
+        self.store.save()
 
     # -- the phases ---------------------------------------------------------------------------------------------
     def singles(self) -> list[dict[str, Any]]:
@@ -171,9 +171,9 @@ class Sweep:
 
     def run(self) -> SweepResult:
         singles = self.singles()
-        self.procs.expected = 1 + 3 * len(singles)  # R C1 R C2 R ... and a verdict line each, before any extra round
-        self.procs.progress.begin(self.procs.expected)
-        self.procs.progress.bound(most_lines(len(singles), self.plan.decision.max_runs, self.plan.accuracy.seeds))
+        self.expected = 1 + 3 * len(singles)  # R C1 R C2 R ... and a verdict line each, before any extra round
+        self.store.progress.begin(self.expected)
+        self.store.progress.bound(most_lines(len(singles), self.plan.decision.max_runs, self.plan.accuracy.seeds))
         try:
             self.plan, self.result.accuracy_calibration = seed_runs.calibrate_sweep(self)
             self.procs.plan = self.plan  # the sized accuracy window: every spec from here on is judged at it
@@ -187,8 +187,8 @@ class Sweep:
             raise
         finally:
             self.result.finished_utc = utc_now()
-            self.procs.progress.end()
-            self.save()
+            self.store.progress.end()
+            self.store.save()
         return self.result
 
     def baseline(self, candidates: int) -> bool:
@@ -199,11 +199,11 @@ class Sweep:
             last = self.baseline_runs[-1]
             self.explain(last, Why(failure=last.result.reason or last.verdict, stopped_sweep=True))
             return False
-        self.runs.append(run)
+        self.procs.runs.append(run)
         self.result.environment = self.baseline_runs[0].result.environment
         for _ in range(self.plan.decision.baseline_runs - 1 - candidates):  # too few candidates to interleave
             run = self.procs.measure_process(self.base)
-            self.runs.extend([run] if run else [])
+            self.procs.runs.extend([run] if run else [])
         return True
 
     def one_at_a_time(self, singles: list[dict[str, Any]]) -> list[SweepTrial]:
@@ -218,20 +218,20 @@ class Sweep:
                                                 false_discovery_rate=1 - self.plan.decision.confidence)
         family = rules.family_text(self.result.multiplicity)
         for key in keys:
-            trial = self.first(key)
-            if trial.verdict in FAILED:
+            trial = self.procs.first(key)
+            if trial.verdict in FAILED_VERDICTS:
                 continue
             trial.vs_baseline = comparisons[key]
             self.judge(trial, "vs_baseline", discovered.get(key, False), family)
             self.say(f"  {trial.label}: {trial.verdict}: {trial.reason}{lm.verdict_suffix(trial.result)}")
-        return [self.first(k) for k in keys]
+        return [self.procs.first(k) for k in keys]
 
     def aa_check(self) -> None:
         """The baseline's later usable processes against its earlier ones (the later half in measured order against
         the earlier half): how far the machine drifted over the singles, from every baseline process the race
         measured anyway.  The first against the last alone, one process each, gave the quickstart +-19-21%, the
         between-process noise of two processes rather than the machine's drift."""
-        base_runs = [r for r in self.runs if r.config == self.base]
+        base_runs = [r for r in self.procs.runs if r.config == self.base]
         base_runs = [r for r in base_runs if r.node == base_runs[0].node] if base_runs else []  # one machine's drift
         if len(base_runs) > 1:
             # the processes as measured (their contention included); independent groups, looked at once
@@ -246,10 +246,21 @@ class Sweep:
             self.result.aa_paired = verdicts.record(d, "baseline (other pipeline)", final=False) if d else None
 
     def stack(self, single_trials: list[SweepTrial]) -> None:
-        stacking.stack(self, single_trials)
+        """The stack's rows as stacking decides them, each saved; the best stack is the last one kept."""
+        self.result.stack = []
+        for step in stacking.stack(self, single_trials, self.plan.decision.retry_on_stack):
+            self.result.stack.append(step)
+            self.store.save()
+        best = [s for s in self.result.stack if s.kept][-1]
+        trial = self.procs.first(best.trial_id)
+        self.result.best_label, self.result.best_trial_id = best.label, best.trial_id
+        self.result.best_vs_baseline = trial.vs_baseline if trial.kind != "baseline" else None
+        self.store.save()
+        self.best = best.trial_id
 
     def leave_one_out(self) -> None:
-        stacking.leave_one_out(self)
+        for _ in stacking.leave_one_out(self, self.result.stack, self.best):
+            self.store.save()  # each row as it is compared
 
 
 def run_sweep(plan: Plan, out_dir: Path, run: TrialRunner, plan_path: Optional[Path] = None, fresh: bool = False,

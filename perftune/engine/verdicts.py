@@ -1,6 +1,6 @@
 """A trial's verdict from its comparison, what the burst said about its knobs, and the accuracy gate.
 
-The precedence is the point (issue 12): evidence that does not depend on timing outranks timing.
+The precedence is the point: evidence that does not depend on timing outranks timing, which noise can fake.
 1. no comparison at all (nothing measured): ``failed``;
 2. a known no-op (``perftune.engine.noop``): ``no effect``, however fast it timed;
 3. the comparison: ``faster`` by at least ``min_gain`` and a discovery across the sweep (Benjamini-Hochberg) is
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from perftune.engine.accuracy import GateResult
+from perftune.engine.accuracy.gate import GateResult
 from perftune.engine.stats import Decision, below_min_gain, runs_needed
 from perftune.io.sweep_records import ComparisonRecord, Why
 from perftune.words.reasons import comparison_text

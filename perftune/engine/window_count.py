@@ -1,5 +1,6 @@
 """How many timed windows a configuration's repeat process runs, chosen from what its processes cost and how their
-figures vary (issue 38), instead of the plan's fixed ``burst.repeats`` in every process.
+figures vary, instead of the plan's fixed ``burst.repeats`` in every process: a process's fixed cost and its
+windows' spread decide how many windows are worth their time.
 
 Kalibera and Jones ("Rigorous benchmarking in reasonable time", ISMM 2013, section 4): with two levels of
 repetition, windows within a process and processes, the number of windows per process that gives the most

@@ -1,7 +1,8 @@
-"""Records of the accuracy window's reach and of the final stack's check at length (issue 37), in ``results.json``.
+"""Records of the accuracy window's reach and of the final stack's check at length, in ``results.json``: a
+window that judges only the curve's steep start misses a harm that shows late, so what it reached is kept.
 
-Decisions as data: the engine (``perftune.engine.knee``, ``perftune.engine.stack_check``) fills them, the report
-says them in words (``perftune.report.window_words``).
+Decisions as data: the engine (``perftune.engine.accuracy.sizing``, ``perftune.engine.accuracy.stack_check``) fills
+them, ``perftune.words.window_words`` says them in words.
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ from typing import Literal, Optional
 from pydantic import Field
 
 from perftune.io.records import Accuracy, Record
+
+#: the prefix of a curve checkpoint's name: ``train_loss@640`` is the mean training loss over the steps whose samples
+#: seen fall in the checkpoint's share of the window ending at 640 samples
+CURVE = "train_loss@"
 
 
 class WindowReach(Record):
@@ -35,7 +40,8 @@ class WindowReach(Record):
 
 
 class FigureCheck(Record):
-    """One figure of the final stack against the baseline's seeds at the longer window (``seed_band.Judgement``)."""
+    """One figure of the final stack against the baseline's seeds at the longer window (as a
+    ``perftune.engine.accuracy.seed_band.Judgement`` judges it)."""
 
     name: str
     value: float
@@ -59,7 +65,8 @@ StackCheckStatus = Literal["verified", "refused", "skipped", "failed"]
 
 
 class StackCheck(Record):
-    """The final stack and the baseline trained for a longer window after stacking (``perftune.engine.stack_check``).
+    """The final stack and the baseline trained for a longer window after stacking
+    (``perftune.engine.accuracy.stack_check``).
 
     ``verified``: every figure within the baseline's seed noise at ``samples``; ``refused``: at least one worse
     (``suspects``: the stacked changes to suspect); ``skipped``: nothing to check (``skipped_why``: no change kept,

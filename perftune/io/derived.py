@@ -11,7 +11,7 @@ from perftune.io.records import RankSummary, TrialResult, TrialSpec, TrialStatus
 def throughput(windows: list[WindowStats]) -> Optional[float]:
     """THE samples/s of a trial: every sample its timed windows took over their summed time, i.e. batch / mean step
     (``TrialResult.step_ms_mean``).  Not the median of the windows' throughputs: that is another number (2.451 vs
-    8 / 3511.6 ms = 2.278 on one trial, issue 28); the windows' own figures stay for the statistics."""
+    8 / 3511.6 ms = 2.278 on one trial); the windows' own figures stay for the statistics."""
     total_ms = sum(w.total_ms for w in windows)
     if total_ms <= 0:
         return None
@@ -58,9 +58,9 @@ def _differ(stored: float, derived: float) -> bool:
 
 
 def derived_mismatch(result: TrialResult) -> Optional[str]:
-    """Why a result's stored throughput is not what its windows give, or None (issue 40: a figure edited in a file
-    whose every other field is intact).  Recomputed from the windows: ``throughput``, or the median of the windows'
-    figures that files written before issue 28 stored (a paired process: its reference arm's windows, arm 0);
+    """Why a result's stored throughput is not what its windows give, or None (a figure edited in a file whose
+    every other field is intact).  Recomputed from the windows: ``throughput``, or the median of the windows'
+    figures that older files stored (a paired process: its reference arm's windows, arm 0);
     tokens/s is samples/s x tokens per sample."""
     stored = result.samples_per_s
     if result.status != "ok" or not result.windows or stored is None:
@@ -85,5 +85,5 @@ STEP_PHASES = ("accuracy", "warmup", "timed", "profiled")
 
 
 def step_compiles(result: TrialResult) -> dict[str, int]:
-    """``result.compiles`` of the training step's phases (one graph per model since issue 38)."""
+    """``result.compiles`` of the training step's phases (one graph per model: every phase runs the same graph)."""
     return {k: v for k, v in result.compiles.items() if k in STEP_PHASES}

@@ -41,7 +41,8 @@ class BurstSettings(PlanRecord):
     #: many seconds, the steps per window chosen from the warm-up's step time (None: exactly ``steps`` per window)
     min_window_s: Optional[float] = Field(None, gt=0, le=600)
     #: the longest the warm-up's drain of prefetched batches may last, in seconds (None: the burst's default,
-    #: ``perftune.burst.drain.DRAIN_S``; 0: no drain).  See ``Meter.drained`` for why it is bounded by time.
+    #: ``perftune.burst.drain.DRAIN_S``; 0: no drain); ``perftune.burst.drain.drain_done`` says why it is bounded
+    #: by time
     drain_s: Optional[float] = Field(None, ge=0, le=600)
 
 
@@ -53,18 +54,19 @@ class AccuracyGate(PlanRecord):
         default_factory=dict
     )
     #: samples every trial has seen when accuracy is measured; default: sized from the baseline before the sweep
-    #: (``perftune.engine.knee``): until its training-loss curve flattens, within ``window_budget_s``
+    #: (``perftune.engine.accuracy.knee``): until its training-loss curve flattens, within ``window_budget_s``
     samples: Optional[int] = Field(None, ge=1, le=10**12)
     #: wall-time budget of the sized accuracy window (one baseline process's window, compile excluded); every
     #: process of the sweep trains this window, so it drives the sweep's cost
     window_budget_s: float = Field(4.0, gt=0, le=3600)
     #: after stacking, the final stack and the baseline's seeds train this many times the window
-    #: (``perftune.engine.stack_check``), to catch a harm that shows late; 0: no such check
+    #: (``perftune.engine.accuracy.stack_check``), to catch a harm that shows late; 0: no such check
     verify_multiple: float = Field(4.0, ge=0, le=100)
     #: wall-time budget of that check's training, all its runs together (estimated from the baseline's speed)
     verify_budget_s: float = Field(30.0, gt=0, le=36000)
     #: accuracy windows of the baseline with different seeds (initialisation and data order; the plan's seed is
-    #: the baseline's own run): their spread calibrates the gate (``perftune.engine.seed_band``); 1: uncalibrated
+    #: the baseline's own run): their spread calibrates the gate (``perftune.engine.accuracy.seed_band``);
+    #: 1: uncalibrated
     seeds: int = Field(4, ge=1, le=50)
     #: points of the training-loss curve compared at equal samples seen (besides the end of the window)
     checkpoints: int = Field(4, ge=0, le=20)
@@ -127,6 +129,10 @@ class KnobArg(PlanRecord):
     arg: str = Field(min_length=1, max_length=100)
     #: knob value -> what the script's option is given instead; a value not in the map is passed as written
     value_map: dict[KnobValue, KnobValue] = Field(default_factory=dict)
+    #: the option is an argparse flag: a boolean knob reaches it by its presence (``store_true``: present for true,
+    #: ``store_false``: present for false) instead of a value.  Filled from the script's own ``add_argument`` when
+    #: the plan is loaded; give it where the script's parser cannot be read
+    flag: Optional[Literal["store_true", "store_false"]] = None
 
 
 class ScriptWorkload(PlanRecord):
@@ -139,6 +145,12 @@ class ScriptWorkload(PlanRecord):
     args: list[str] = Field(default_factory=list)
     #: knob -> the script's option that takes it (``{batch_size: "--batch-size"}``): ``--batch-size 64`` is appended
     knob_args: dict[str, Union[str, KnobArg]] = Field(default_factory=dict)
+    #: own knob -> ``"FILE:dotted.path"``: a field of a YAML or JSON file the script reads (FILE as written in
+    #: ``args``).  Each trial gets its own copy with the fields set, passed in place of FILE; the file is never
+    #: written.  A built-in knob can be routed here too (``batch_size: "conf/run.yaml:train.batch_size"``)
+    knob_config: dict[str, str] = Field(default_factory=dict)
+    #: own knob -> an environment variable set for the trial's process (``omp_threads: OMP_NUM_THREADS``)
+    knob_env: dict[str, str] = Field(default_factory=dict)
     #: the script's own seed option (``--seed``): the accuracy gate's seed runs pass it ``--seed N`` (perftune
     #: seeds MindSpore, NumPy and the dataset itself in any case)
     seed_arg: Optional[str] = Field(None, min_length=1, max_length=100)
@@ -170,6 +182,12 @@ class Plan(PlanRecord):
     decision: DecisionRule = Field(default_factory=DecisionRule)
     output_dir: Optional[str] = None
     distributed: Optional[DistributedSettings] = None
+    #: own knob -> a parameter of the built-in (or ``module:function``) workload: ``knob_params: {width: hidden}``
+    #: sweeps ``workload_params.hidden`` by the knob ``width`` (the same name is fine: ``{hidden: hidden}``)
+    knob_params: dict[str, str] = Field(default_factory=dict)
+    #: own knob -> an environment variable set for every trial's process (a script workload names them in
+    #: ``workload.knob_env``)
+    knob_env: dict[str, str] = Field(default_factory=dict)
     #: where the trials run: this machine, or one Ray task each on a Ray cluster's nodes (``ray``)
     executor: Literal["local", "ray"] = "local"
     ray: RaySettings = Field(default_factory=RaySettings)

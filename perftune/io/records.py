@@ -173,7 +173,7 @@ class ProfileSummary(Record):
     layout: Optional[str] = None
     profiled_steps: int = 0
     profiled_step_ms: Optional[float] = None  # mean step time with the profiler on
-    unprofiled_step_ms: Optional[float] = None  # mean timed step without it (median in files before issue 14.3)
+    unprofiled_step_ms: Optional[float] = None  # mean timed step without it (a median in older files)
     overhead_ratio: Optional[float] = None  # profiled / unprofiled
     analyse_s: Optional[float] = None
     splits: Optional[Splits] = None
@@ -314,10 +314,10 @@ class TrialResult(Record):
     compile_ms: Optional[float] = None  # first step: graph compile + one step, to its completion (read-back)
     first_loss: Optional[float] = None  # the first step's loss (what a process with a cached graph is checked by)
     compile_cache: Optional[Literal["filled", "loaded", "mismatch"]] = None  # what the cache did (burst/graph_check)
-    compiles: dict[str, int] = Field(default_factory=dict)  # graphs made ready, by phase (Meter.count_compiles)
+    compiles: dict[str, int] = Field(default_factory=dict)  # graphs made ready, by phase (burst.graph_count)
     warmup_steps: int = 0
     windows: list[WindowStats] = Field(default_factory=list)
-    samples_per_s: Optional[float] = None  # all timed samples / summed window time: batch / mean step (throughput())
+    samples_per_s: Optional[float] = None  # timed samples / summed window time: batch / mean step (derived.throughput)
     tokens_per_s: Optional[float] = None
     step_ms_median: Optional[float] = None
     step_ms_p10: Optional[float] = None
@@ -388,12 +388,12 @@ class TrialSpec(Record):
     replicate: int = 0  # >0 for repeated measurements of the same configuration (A/A, interleaved baselines)
     #: the plan's ``distributed`` section (nodes, node_rank, master_addr, master_port); None: one node
     distributed: Optional[DistributedSettings] = None
-    #: factor on the workload's learning rate (plan ``accuracy.lr_scaling`` with a batch-size change)
-    lr_scale: float = 1.0
+    lr_scale: float = 1.0  # factor on the workload's learning rate (``accuracy.lr_scaling``, a batch-size change)
     #: a script workload (``workload`` is then ``script:<file name>``): run by ``perftune.burst.script``
     script: Optional[ScriptWorkload] = None
     #: the knobs the plan names (baseline or variables): imposed on the script; the others stay as it sets them
     script_knobs: list[str] = Field(default_factory=list)
+    env: dict[str, Optional[str]] = Field(default_factory=dict)  # set by own knobs (knob_env); None: removed
     #: a paired process: the reference (this spec) and ``pair``'s pipeline alternate, window by window, in one process
     pair: Optional[PairArm] = None
     compile_cache: Optional[str] = None  # this configuration's compile cache folder (``engine.graph_cache``)

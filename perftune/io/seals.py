@@ -1,14 +1,14 @@
 """Trial files sealed: a trial.json that changed after the sweep accepted it, or that cannot be read, is never believed.
 
 A training script runs with the user's rights beside its results: one rewrote earlier trials' ``trial.json`` with
-``samples_per_s: 1e9`` (valid JSON, every other field intact), and a resume reused them (issue 40).  So the driver
-records each trial file's SHA-256 when it accepts it, in the sweep folder's ``.perftune-seals.json`` (rewritten
-whole at every seal, so a deleted seal file comes back with the next trial), and a resume, ``report``, ``compare``
-and ``export`` check it.  A file that changed, or cannot be read (bad JSON, NaN, truncated, a throughput its windows
-do not give: ``files.read_trial``), is moved aside inside its trial folder (``trial.set-aside-<n>.json``: kept, never
-deleted, issue 35), named in the sweep's ``integrity`` notes, and the trial measured again.  A file with no seal
-(a sweep from before seals, or a driver killed between the burst's write and the seal) is believed as before; a
-file from a newer perftune is refused, not set aside.
+``samples_per_s: 1e9`` (valid JSON, every other field intact), and a resume reused them.  So the driver records each
+trial file's SHA-256 when it accepts it, in the sweep folder's ``.perftune-seals.json`` (rewritten whole at every seal,
+so a deleted seal file comes back with the next trial), and a resume, ``report``, ``compare`` and ``export`` check it.
+A file that changed, or cannot be read (bad JSON, NaN, truncated, a throughput its windows do not give:
+``files.read_trial``), is moved aside inside its trial folder (``trial.set-aside-<n>.json``: kept, never deleted:
+perftune removes no file it cannot vouch for), named in the sweep's ``integrity`` notes, and the trial measured again.
+A file with no seal (a sweep from before seals, or a driver killed between the burst's write and the seal) is believed
+as before; a file from a newer perftune is refused, not set aside.
 """
 
 from __future__ import annotations

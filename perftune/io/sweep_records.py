@@ -93,6 +93,7 @@ class Why(Record):
     failure: str = ""  # the process failed: why
     stopped_sweep: bool = False  # ... and it was the baseline, so nothing else ran
     removed: Optional[str] = None  # leave-one-out: the change taken out of the final stack (its label)
+    model_differs: str = ""  # built-in knobs changed, yet the parameter count did too (``engine.noop``)
     legacy: list[RatioPart] = Field(default_factory=list)  # a reason written before schema 4, ratios lifted out
 
 
@@ -182,13 +183,13 @@ class PairedProcess(Record):
 
 
 class WindowSizing(Record):
-    """How the accuracy window's length was chosen (``perftune.engine.seed_runs``), as data; ``perftune.words.rules``
-    words it."""
+    """How the accuracy window's length was chosen (``perftune.engine.accuracy.sizing``), as data;
+    ``perftune.words.rules`` words it."""
 
     #: plan: ``accuracy.samples`` given; loss_fell: the baseline's training loss fell enough by ``samples``;
     #: budget: the longest window ``accuracy.window_budget_s`` allowed, the loss fell only ``loss_fall``;
     #: probe_failed: the probe of the baseline failed (``failure``); knee: where the baseline's loss curve flattened
-    #: (issue 37; ``loss_fell`` is then the window extended past the budget to where the loss fell enough, and
+    #: (``loss_fell`` is then the window extended past the budget to where the loss fell enough, and
     #: ``loss_fall`` is 1 - end / start).  None: written before results schema 6
     how: Optional[Literal["plan", "loss_fell", "budget", "probe_failed", "knee"]] = None
     samples: int = 0
@@ -220,7 +221,7 @@ class Multiplicity(Record):
 
 
 class AccuracyCalibration(Record):
-    """How the accuracy gate was set up before the sweep (``perftune.engine.seed_runs``): the accuracy window's
+    """How the accuracy gate was set up before the sweep (``perftune.engine.accuracy.seeds``): the accuracy window's
     length (given, or sized from the baseline) and the baseline's accuracy windows with other seeds."""
 
     samples: int  # samples seen when every trial's accuracy is measured
@@ -232,7 +233,7 @@ class AccuracyCalibration(Record):
     trial_ids: list[str] = Field(default_factory=list)
     failed: list[str] = Field(default_factory=list)  # seed runs that measured nothing, and why
     seeds_s: float = 0.0  # wall time of the seed runs (as measured, also when a resume reused them)
-    reach: Optional[WindowReach] = None  # what the window reached on the baseline's curve (issue 37)
+    reach: Optional[WindowReach] = None  # what the window reached on the baseline's curve
 
 
 class SweepResult(Record):
@@ -262,9 +263,9 @@ class SweepResult(Record):
     best_trial_id: Optional[str] = None
     best_vs_baseline: Optional[ComparisonRecord] = None
     environment: Optional[Environment] = None
-    #: the accuracy window's length and the baseline's seed runs (a sweep before issue 26: None)
+    #: the accuracy window's length and the baseline's seed runs (None: a sweep from before the gate had them)
     accuracy_calibration: Optional[AccuracyCalibration] = None
-    #: the final stack and the baseline trained for a longer window after stacking (issue 37)
+    #: the final stack and the baseline trained for a longer window after stacking
     stack_check: Optional[StackCheck] = None
     nodes: Optional[NodeSummary] = None  # a sweep on a cluster (schema 3): which node ran what, the node effect
     #: what the sweep found wrong with its own folder (io/seals.py, io/watch.py): a trial file set aside and measured

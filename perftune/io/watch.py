@@ -2,7 +2,7 @@
 
 A training script runs beside its results with the user's rights: one deleted the other trial folders,
 ``results.json``, the lock and the sweep marker during a burst, and the sweep ended with exit 0 reporting 4 trials
-with one folder on disk, the marker gone and the lock gone while it held it (issue 40).  After every trial (each
+with one folder on disk, the marker gone and the lock gone while it held it.  After every trial (each
 save of ``results.json``) the sweep looks: its lock (restored: ``outdir.FolderLock.restore``), the marker (written
 again), ``results.json`` (written again by the save that follows), and each trial file this run sealed (a cheap
 ``stat`` first, the digest only where that changed).  Each finding is said once and kept in ``results.json``

@@ -1,11 +1,11 @@
 """The accuracy gate's "cannot judge" lines for the summary and the report: the metrics that passed only because
-the baseline itself was degenerate at this burst length (``perftune.engine.accuracy.unjudged``)."""
+the baseline itself was degenerate at this burst length (``perftune.engine.accuracy.gate.unjudged``)."""
 
 from __future__ import annotations
 
 from typing import Optional
 
-from perftune.engine.accuracy import unjudged
+from perftune.engine.accuracy.gate import unjudged
 from perftune.io.sweep_records import SweepResult, SweepTrial
 
 

@@ -223,8 +223,9 @@ def loss_figure(curves: Sequence[dict], metric: str, tolerance: Optional[float],
 
 
 def _seed_band(left, right, band: Optional[dict]) -> Optional[float]:
-    """The baseline's seed band (``perftune.engine.seed_band.figure_band``): the envelope of its seeds' smoothed
-    training losses on the left, their metric values and mean +- sd on the right; returns the gate's limit."""
+    """The baseline's seed band (``perftune.engine.accuracy.seed_band.figure_band``): the envelope of its seeds'
+    smoothed training losses on the left, their metric values and mean +- sd on the right; returns the gate's
+    limit."""
     if not band:
         return None
     curves = [c for c in band["points"] if c]

@@ -16,8 +16,8 @@ import jinja2
 import pandas as pd
 import yaml
 
-from perftune.engine.seed_band import figure_band
-from perftune.engine.seed_runs import band
+from perftune.engine.accuracy.seed_band import figure_band
+from perftune.engine.accuracy.seeds import band
 from perftune.io.records import PHASES
 from perftune.io.sweep_records import FAILED_VERDICTS, SweepResult, SweepTrial
 from perftune.knobs import label_of
@@ -27,6 +27,7 @@ from perftune.report.extra import extra_context
 from perftune.report.load import SweepFolder
 from perftune.report.notes import bottleneck_note, tried_changes
 from perftune.report.ops import top_op_rows
+from perftune.report.stack_check_section import stack_check_context
 from perftune.report.summary import comparison_lines, node_lines, noise_line, paired_lines
 from perftune.report.tables import (
     ablation_table,
@@ -36,10 +37,9 @@ from perftune.report.tables import (
     process_label,
     singles_table,
 )
-from perftune.report.window_words import stack_check_context
 from perftune.version import __version__ as perftune_version
 from perftune.words import samples as language
-from perftune.words.format import count_word, num, rate, speed_text, step_text, verdict_counts
+from perftune.words.format import count_word, duration_text, num, rate, speed_text, step_text, verdict_counts
 from perftune.words.rules import order_rule_text
 from perftune.words.split_notes import split_notes
 
@@ -50,21 +50,6 @@ WIDE_INTERVAL = 1.5  # A/A interval high/low above this: the machine is too nois
 
 
 # -- formatting ------------------------------------------------------------------------------------------------------
-def speedup_text(ratio: Any, low: Any = None, high: Any = None) -> str:
-    """A throughput ratio in the one convention of every output (``x1.23 faster [1.10, 1.37]``)."""
-    return speed_text(ratio, low, high)
-
-
-def duration(seconds: Optional[float]) -> str:
-    if seconds is None:
-        return "unknown"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    if hours:
-        return f"{hours} h {minutes:02d} min"
-    return f"{minutes} min {secs:02d} s" if minutes else f"{seconds:.1f} s"
-
-
 def utc_text(stamp: Optional[str]) -> str:
     if not stamp:
         return ""
@@ -108,7 +93,7 @@ def table(df: pd.DataFrame, metric: str) -> dict:
             "verdict": verdict, "class": verdict_class(verdict),
             "samples_per_s": rate(r.get("samples_per_s")),
             "speedup": "reference" if verdict == "baseline" else
-            speedup_text(r.get("speedup"), r.get("speedup_ci_low"), r.get("speedup_ci_high")),
+            speed_text(r.get("speedup"), r.get("speedup_ci_low"), r.get("speedup_ci_high")),
             "step_ms": step_text(r.get("step_ms"), r.get("step_ms_median")) if not pd.isna(r.get("step_ms"))
             or not pd.isna(r.get("step_ms_median")) else "",
             "compile_s": num(r.get("compile_s"), ".1f"), metric: num(r.get(metric), ".4f"),
@@ -190,7 +175,7 @@ def _summary(folder: SweepFolder, metric: str) -> dict:
         "tolerance": f"{tolerance:.0%}" if tolerance is not None else None,
         "lr_rule": LR_RULES[res.plan.accuracy.lr_scaling],
         "counts": _counts(folder),
-        "wall": duration(res.wall_s),
+        "wall": duration_text(res.wall_s),
         "started": utc_text(res.started_utc), "finished": utc_text(res.finished_utc), "status": res.status,
         "machine": f"{env.cpu_model}, {env.cpu_count} cores" if env else "unknown",
         "device": env.device if env else res.plan.device,
@@ -224,7 +209,7 @@ def _trial_rows(folder: SweepFolder, frame: pd.DataFrame) -> list[dict]:
             "data_wait_ms": r.data_wait_ms_median,
             "compile_s": r.compile_ms / 1e3 if r.compile_ms is not None else None,
             "window_min": min(windows) if windows else None, "window_max": max(windows) if windows else None,
-            "speedup_text": speedup_text(f.get("speedup"), f.get("speedup_ci_low"), f.get("speedup_ci_high"))
+            "speedup_text": speed_text(f.get("speedup"), f.get("speedup_ci_low"), f.get("speedup_ci_high"))
             if t.kind != "baseline" else ("reference" if t.replicate == 0 and t.verdict == "baseline" else ""),
             **{f"{p}_ms": f.get(f"{p}_ms") for p in PHASES},
             "host_rss_mb": f.get("host_rss_mb"), "peak_mem_mb": f.get("peak_mem_mb"),
@@ -261,7 +246,7 @@ def _failed(folder: SweepFolder) -> list[dict]:
 
 def accuracy_curves(folder: SweepFolder, metric: str) -> list[dict]:
     """Every measured configuration's accuracy window (its first process: repeats measure speed only), the baseline
-    first: an accuracy failure is drawn whatever the trial's speed verdict (issue 18), failures marked."""
+    first: an accuracy failure is drawn whatever the trial's speed verdict (it outranks speed), failures marked."""
     base = next((t for t in folder.trials if t.kind == "baseline"), None)
     others = [t for t in folder.trials if t is not base and t.replicate == 0 and t.kind != "baseline"]
     curves, seen = [], set()
@@ -292,11 +277,23 @@ def _reproduce(folder: SweepFolder) -> dict:
     plan_file = res.plan_path or f"{res.plan.name}.yaml"
     recorded = res.command or None  # the command line of a ``perftune sweep``; empty for a sweep started from Python
     return {"plan_yaml": plan_yaml, "recorded": recorded, "plan_file": Path(plan_file).name,
-            "command": shlex.join(["perftune", "sweep", Path(plan_file).name, "--out", str(folder.out_dir), "--fresh"])}
+            "command": shlex.join(["perftune", "sweep", Path(plan_file).name, "--out", str(folder.out_dir), "--fresh"]),
+            "copies": config_copies(folder)}
+
+
+def config_copies(folder: SweepFolder) -> list[dict]:
+    """Each trial's copy of a config file its own knobs set (``workload.knob_config``): what the script was given."""
+    out = []
+    for t in folder.trials:
+        for file, copy in ((t.result.applied or {}).get("config") or {}).items():
+            fields = ", ".join(f"{k}={v}" for k, v in copy.get("fields", {}).items())
+            out.append({"label": t.label, "file": file, "fields": fields,
+                        "path": f"{folder.trial_dir(t.trial_id)}/{copy.get('copy', '')}"})
+    return out
 
 
 def seed_band_of(res: SweepResult) -> Optional[dict]:
-    """The baseline's seed band for the accuracy figure (issue 26; None for a sweep without seed runs)."""
+    """The baseline's seed band for the accuracy figure (None for a sweep without seed runs)."""
     base = next((t.result.accuracy for t in res.trials if t.kind == "baseline"), None)
     gate = res.plan.accuracy
     return figure_band(base, band(res), gate.metric, gate.tolerances.get(gate.metric, gate.rel_tolerance),

@@ -1,4 +1,4 @@
-"""Every process of a comparison in the tables (issue 39): a candidate's repeat processes and its paired processes
+"""Every process of a comparison in the tables: a candidate's repeat processes and its paired processes
 each on their own line under its first process, contended processes marked, and a reference row that is never a
 process the sweep did not use.  Why: the tables showed each configuration's first process only, so a verdict sat
 beside one number while the processes that decided it were in a chart at best.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
-from perftune.engine.stats import t_quantile
+from perftune.engine.stats import blocks_interval
 from perftune.io.sweep_records import PairedProcess, SweepTrial
 
 
@@ -34,14 +34,12 @@ def used_process(trial: Optional[SweepTrial], trials: Sequence[SweepTrial]) -> O
 def paired_ratio(process: PairedProcess, confidence: float = 0.95) -> tuple[Optional[float], Optional[float],
                                                                            Optional[float]]:
     """One paired process's own estimate: the candidate's throughput over the reference's (exp of the mean block
-    difference) with the t interval of its blocks; (None, None, None) without two blocks."""
+    difference) with the interval of its blocks (``stats.blocks_interval``); (None, None, None) without a block."""
     d = process.differences
-    if len(d) < 2:
+    iv = blocks_interval(d, confidence)
+    if iv is None:
         return (math.exp(d[0]), None, None) if d else (None, None, None)
-    mean = math.fsum(d) / len(d)
-    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in d) / (len(d) - 1))
-    half = t_quantile(0.5 + confidence / 2, len(d) - 1) * sd / math.sqrt(len(d))
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+    return iv.ratio, iv.ci_low, iv.ci_high
 
 
 def paired_row(process: PairedProcess, confidence: float = 0.95) -> dict:

@@ -9,13 +9,13 @@ from perftune.io.files import RESULTS_NAME
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult
 from perftune.report.accuracy_notes import gate_cannot_judge
-from perftune.report.window_words import limits_line, stack_check_lines, window_lines
 from perftune.words import lm
 from perftune.words.format import count_word, mb, speed_text, time_ratio_text, validation_figures, verdict_counts
 from perftune.words.format import num as format_num
 from perftune.words.reasons import comparison_text, decision_line
 from perftune.words.rules import multiplicity_text
 from perftune.words.split_notes import split_notes
+from perftune.words.window_words import limits_line, stack_check_lines, window_lines
 
 
 def _num(value, fmt: str = ".1f") -> str:

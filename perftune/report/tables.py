@@ -167,12 +167,13 @@ OPTIONAL_COLUMNS = [
 
 
 def step_graphs(r: TrialResult) -> Optional[int]:
-    """The graphs a trial's training steps compiled (one per model since issue 38), or None where not counted."""
+    """The graphs a trial's training steps compiled (one per model: every phase runs the same graph), or None where
+    not counted."""
     return sum(step_compiles(r).values()) if r.compiles else None
 
 
 #: optional columns that say nothing where every row holds this value (no recomputed op placed; one step graph per
-#: process, as every process compiles since issue 38: the trial's own summary still says it); with both always
+#: process, as every process compiles: the trial's own summary still says it); with both always
 #: shown, the one-at-a-time table grew past a 1280-pixel page
 USUAL = {"recompute_ms": 0.0, "step_graphs": 1.0}
 

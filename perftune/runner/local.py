@@ -42,7 +42,7 @@ def run_local(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> TrialResult
         proc = subprocess.Popen(
             [sys.executable, "-m", BURST_MODULE, str(trial_dir.resolve())],
             stdout=log.fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=trial_procs.env(burst_env()), start_new_session=True, preexec_fn=child_setup(trial_procs),
+            env=trial_procs.env(burst_env(spec.env)), start_new_session=True, preexec_fn=child_setup(trial_procs),
             cwd=str(trial_dir.resolve()),
         )
         log.launched()

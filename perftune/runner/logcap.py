@@ -1,9 +1,10 @@
 """``burst.log`` capped: a burst's output goes through a pipe to a thread of the driver that keeps the file under
 ``LOG_CAP_BYTES``, cutting it to its last half (whole lines, one line saying what was dropped) when it grows past.
 
-A script that printed 10 MB left 9.6 MB per trial (issue 40), and one that prints without end would fill the disk.
-The tail is what is read (``process.log_tail``: a failure's last lines); the driver is the file's only writer, so
-the cut loses nothing that follows it.  If the driver dies the pipe breaks, and the burst dies with it anyway.
+Uncapped, a script that printed 10 MB left 9.6 MB in every trial folder, and one that prints without end would
+fill the disk.  The tail is what is read (``process.log_tail``: a failure's last lines); the driver is the file's
+only writer, so the cut loses nothing that follows it.  If the driver dies the pipe breaks, and the burst dies with
+it anyway.
 """
 
 from __future__ import annotations

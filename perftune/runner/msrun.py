@@ -23,7 +23,7 @@ Aggregation (the trial's ``trial.json``, ``ranks.py``): throughput is *global ba
 time* per timed window (data parallel steps are synchronous, so the slowest rank sets the pace); step times are the
 slowest rank's (``straggler_rank``); ``rank_spread`` = (slowest - fastest) / fastest median step; per-rank splits
 and top ops are in ``ranks``; ``profile.splits`` is the mean of the ranks' splits (it still adds up);
-``profile.communication_share`` is the mean over ranks of communication / step, flagged above 20 %.
+``ProfileSummary.communication_share`` is the mean over ranks of communication / step, flagged above 20 %.
 
 Fault injection for tests: ``PERFTUNE_TEST_KILL_RANK=r`` and ``PERFTUNE_TEST_KILL_AFTER_STEPS=n`` in the
 environment make rank ``r`` exit with code 9 before its step ``n + 1`` (see ``perftune.burst.collectives``).
@@ -201,7 +201,7 @@ def _clean(trial_dir: Path, cluster: Cluster) -> None:
 def _run_once(spec: TrialSpec, trial_dir: Path, cluster: Cluster, port: int,
               timeout_s: float) -> tuple[_Outcome, dict[int, TrialResult]]:
     leftovers = TrialProcesses()  # ranks that escaped msrun's tree are re-parented to us and killed at the end
-    env = leftovers.env(burst_env())
+    env = leftovers.env(burst_env(spec.env))
     env[NODE_RANK_ENV] = str(cluster.node_rank)
     # on one host every msrun thinks it is the master and starts a scheduler: only node 0's may serve
     env["PERFTUNE_SCHEDULER"] = "1" if cluster.runs_scheduler else "0"

@@ -1,7 +1,8 @@
 """Process hygiene for bursts: their own process group, death with the sweep, a clean environment, log tails.
 
-Shared by the one-process launcher (``local.py``), the msrun launcher (``msrun.py``, which also needs the psutil
-helpers: msrun puts each rank in a session of its own) and the burst itself (which asks to die with msrun).
+Shared by the one-process launcher (``local.py``) and the msrun launcher (``msrun.py``, which also needs the psutil
+helpers: msrun puts each rank in a session of its own); dying with the parent is ``perftune.parent_death``'s, which
+the burst uses too.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Callable, Optional
 
 import psutil
 
+from perftune.parent_death import die_with_parent
 from perftune.runner.reaper import TrialProcesses, killed_by_signal
 
 KILL_GRACE_S = 3.0
@@ -64,17 +66,6 @@ def kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
         raise KeyboardInterrupt
 
 
-def die_with_parent() -> None:
-    """In the child: ask Linux to SIGKILL it when its parent dies (even by SIGKILL), so no burst is orphaned."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def child_setup(procs: TrialProcesses) -> Callable[[], None]:
     """The launched child's pre-exec set-up: die with the sweep, join the trial's cgroup."""
 
@@ -85,8 +76,14 @@ def child_setup(procs: TrialProcesses) -> Callable[[], None]:
     return setup
 
 
-def burst_env() -> dict[str, str]:
+def burst_env(own: Optional[dict[str, Optional[str]]] = None) -> dict[str, str]:
+    """The burst's environment; ``own``: the trial's own environment knobs (``TrialSpec.env``; None removes)."""
     env = dict(os.environ)
+    for var, value in (own or {}).items():
+        if value is None:
+            env.pop(var, None)
+        else:
+            env[var] = value
     env.setdefault("GLOG_v", "2")  # MindSpore: warnings and errors only
     env["PYTHONUNBUFFERED"] = "1"
     # msrun and dataset workers start `python` from PATH: make it this interpreter's environment

@@ -2,9 +2,9 @@
 
 Throughput is *global batch x steps / the slowest rank's window time* per timed window (data parallel steps are
 synchronous); step times are the slowest rank's (``straggler_rank``); ``rank_spread`` = (slowest - fastest) /
-fastest median step; per-rank splits and top ops are in ``ranks``; ``profile.splits`` is the mean of the ranks'
-splits (it still adds up); ``profile.communication_share`` is the mean over ranks of communication / step, flagged
-above ``COMMUNICATION_FLAG_SHARE``.
+fastest median step; per-rank splits and top ops are in ``ranks``; the result's ``ProfileSummary.splits`` is the
+mean of the ranks' splits (it still adds up); its ``ProfileSummary.communication_share`` is the mean over ranks of
+communication / step, flagged above ``COMMUNICATION_FLAG_SHARE``.
 """
 
 from __future__ import annotations

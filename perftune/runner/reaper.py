@@ -18,18 +18,16 @@ import ctypes
 import os
 import signal
 import uuid
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 import psutil
 
-from perftune.runner.cgroup import TrialCgroup, containment_text, driver_tag, kill_stale_cgroups, own_cgroup
+from perftune.runner.cgroup import TrialCgroup, containment_text, driver_tag, own_cgroup
+from perftune.runner.leftovers import TOKEN_ENV, signals_held
 from perftune.runner.watchdog import ensure_watchdog, track, untrack
 
 PR_SET_CHILD_SUBREAPER = 36
-#: set in the environment of every process of a trial (inherited by its descendants): whose orphan is it
-TOKEN_ENV = "PERFTUNE_TRIAL_TOKEN"
 
 
 def become_subreaper() -> bool:
@@ -143,43 +141,6 @@ def _kill_and_reap(victims: set[psutil.Process], timeout: float) -> list[int]:
             pass
     psutil.wait_procs(list(victims), timeout=timeout)  # reaps those that are our children (no zombies left)
     return killed
-
-
-@contextmanager
-def signals_held() -> Iterator[None]:
-    """Hold SIGINT, SIGTERM and SIGHUP (in the main thread) for a clean-up; they are delivered after it."""
-    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    except (ValueError, OSError):
-        old = None
-    try:
-        yield
-    finally:
-        if old is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def kill_driver_leftovers(tag: str) -> list[int]:
-    """Kill what a dead sweep driver (``tag``: see ``cgroup.driver_tag``) left running: its trials' cgroups and
-    every process that carries one of its trial tokens (setsid'd grandchildren, daemons, msrun ranks).  Returns
-    the pids killed."""
-    if not tag:
-        return []
-    with signals_held():
-        killed = set(kill_stale_cgroups(tag))
-        victims = []
-        for p in psutil.process_iter():
-            if p.pid == os.getpid():
-                continue
-            try:
-                if p.environ().get(TOKEN_ENV, "").startswith(f"{tag}-") and p.status() != psutil.STATUS_ZOMBIE:
-                    victims.append(p)
-                    p.send_signal(signal.SIGKILL)
-            except psutil.Error:
-                continue
-        psutil.wait_procs(victims, timeout=5.0)
-    return sorted(killed | {p.pid for p in victims})
 
 
 def _cgroup_events() -> Optional[Path]:

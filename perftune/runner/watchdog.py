@@ -2,7 +2,7 @@
 
 Every other guard needs the driver alive: the cgroup is killed by the driver, the subreaper is the driver, and
 ``PR_SET_PDEATHSIG`` kills the burst alone.  A process the burst forked (a dataset worker, the profiler's parser;
-same argv, same process group) is re-parented to init when a SIGKILLed driver's burst dies, and lived on (issue 40).
+same argv, same process group) is re-parented to init when a SIGKILLed driver's burst dies, and lived on.
 SIGKILL cannot be caught, so the driver cannot clean up itself: the burst being a subreaper does not help either
 (its own death re-parents its children past the dead driver).  The driver therefore starts, once, this watchdog in
 a session of its own (``python -m perftune.runner.watchdog TAG``), holding the only read end of a pipe whose write
@@ -20,6 +20,8 @@ import signal
 import subprocess
 import sys
 from typing import Optional
+
+from perftune.runner.leftovers import kill_driver_leftovers
 
 #: set (to anything) to start no watchdog: tests of the later sweep's clean-up, which the watchdog pre-empts
 NO_WATCHDOG_ENV = "PERFTUNE_NO_WATCHDOG"
@@ -97,8 +99,6 @@ def _read_groups() -> set[int]:
 
 def clean_up(tag: str, groups: set[int]) -> list[int]:
     """What the watchdog does at the driver's death; the pids killed."""
-    from perftune.runner.reaper import kill_driver_leftovers
-
     killed: set[int] = set()
     for _ in range(3):
         for pgid in groups:

@@ -58,6 +58,20 @@ def time_ratio_text(ratio: Any, low: Any = None, high: Any = None, digits: int =
     return speed_text(1 / ratio, 1 / high if has_interval else None, 1 / low if has_interval else None, digits)
 
 
+def duration_text(seconds: Optional[float], whole_seconds: bool = False) -> str:
+    """A duration as every output writes it: ``1 h 05 min``, ``3 min 07 s``, ``4.2 s`` (``whole_seconds``: ``4 s``,
+    for an estimate whose tenths mean nothing)."""
+    if seconds is None:
+        return "unknown"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, rest = divmod(minutes, 60)
+    if hours:
+        return f"{hours} h {rest:02d} min"
+    if minutes:
+        return f"{minutes} min {secs:02d} s"
+    return f"{secs} s" if whole_seconds else f"{seconds:.1f} s"
+
+
 def step_text(mean: Any, median: Any = None, fmt: str = ".2f") -> str:
     """The step time as every output states it: the mean (what throughput and the splits add up to), the median
     beside it."""

@@ -1,31 +1,41 @@
-"""The accuracy window and the final stack's check at length, in words and one figure (issue 37).
+"""The accuracy gate's set-up and the final stack's check at length, in words.
 
-The engine records decisions as data (``AccuracyCalibration.reach``, ``SweepResult.stack_check``); this module says
-them for the console summary and the HTML report's section ``stack-check``: what the window reached (the fall, the
-flattening, the seeds' spread), what a window of this length cannot see, and whether the final stack held at the
-longer window (and what to do when it did not).
+The engine records both as data (``AccuracyCalibration``, its ``reach``, and ``SweepResult.stack_check``); these are
+the words of the sweep's progress lines, the console summary and the HTML report's section ``stack-check``: how the
+window was sized and what it reached (the fall, the flattening, the seeds' spread), what a window of this length
+cannot see, and whether the final stack held at the longer window (and what to do when it did not).
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-from matplotlib.figure import Figure
-
-from perftune.io.accuracy_window import FigureCheck, StackCheck, WindowReach
-from perftune.io.sweep_records import SweepResult
-from perftune.report import figures
+from perftune.io.accuracy_window import CURVE, FigureCheck, StackCheck, WindowReach
+from perftune.io.records import TrialResult
+from perftune.io.sweep_records import AccuracyCalibration, SweepResult
+from perftune.words.gate_words import figure_label
 from perftune.words.rules import sizing_text
 
-CURVE = "train_loss@"
 
-
-def _label(changes: dict) -> str:
+def changes_text(changes: dict) -> str:
+    """``+amp_level=O3 +mode=graph``: a stack by its changes (``the baseline`` without any)."""
     return " ".join(f"+{k}={v}" for k, v in changes.items()) or "the baseline"
 
 
-def figure_label(name: str) -> str:
-    return f"training loss at {name[len(CURVE):]} samples" if name.startswith(CURVE) else name
+def calibration_line(cal: AccuracyCalibration) -> str:
+    """The progress line once the gate is set up: the window and the seeds it is judged against."""
+    return (f"  accuracy window: {sizing_text(cal.sizing)}; judged against {len(cal.runs) + 1} seed(s) of the "
+            "baseline" + (" (uncalibrated: the fixed tolerance judges)" if not cal.runs else ""))
+
+
+def window_run_text(result: TrialResult) -> str:
+    """One accuracy-only run's progress line: its training and validation loss, or why it failed."""
+    acc = result.accuracy
+    if result.status != "ok" or acc is None:
+        return f"{result.status}: {result.reason}"
+    val = f", val loss {acc.val_loss:.4f}" if acc.val_loss is not None else ""
+    train = f"train loss {acc.train_loss:.4f}" if acc.train_loss is not None else "no training loss"
+    return f"{train}{val}"
 
 
 def reach_text(reach: WindowReach) -> str:
@@ -52,7 +62,8 @@ def reach_text(reach: WindowReach) -> str:
 
 
 def window_lines(result: SweepResult) -> list[str]:
-    """The summary's line on how the gate was set up (none for a sweep before issue 26, or a plan that fixed it)."""
+    """The summary's line on how the gate was set up (none for a plan that fixed it, or a sweep measured before the
+    gate was calibrated)."""
     cal = result.accuracy_calibration
     if cal is None or not (cal.sized or cal.runs or cal.failed):
         return []
@@ -76,7 +87,8 @@ def limits_line(result: SweepResult) -> Optional[str]:
             "quality of a full training run is beyond any window here")
 
 
-def _figure_text(f: FigureCheck) -> str:
+def figure_check_text(f: FigureCheck) -> str:
+    """One figure of the stack check against the baseline's seeds at the longer window."""
     if f.name == "nonfinite":
         return "NaN/Inf in the loss or gradients (the baseline had none)"
     if f.spreads is None:
@@ -87,7 +99,7 @@ def _figure_text(f: FigureCheck) -> str:
 
 
 def _advice(check: StackCheck) -> str:
-    names = ", ".join(_label(s) for s in check.suspects)
+    names = ", ".join(changes_text(s) for s in check.suspects)
     by = {"only_change": "the only stacked change",
           "leave_one_out": f"removing it passed at {check.samples} samples" if any(c.ok for c in check.leave_one_out)
           else "no single removal passed (leave-one-out)",
@@ -98,11 +110,11 @@ def _advice(check: StackCheck) -> str:
 
 
 def stack_check_lines(result: SweepResult) -> list[str]:
-    """The summary's lines on the final stack's check at length (none before issue 37)."""
+    """The summary's lines on the final stack's check at length (none for a sweep measured before there was one)."""
     check = result.stack_check
     if check is None:
         return []
-    what = _label(check.best)
+    what = changes_text(check.best)
     if check.status == "skipped":
         why = {"no_change": "no change was kept (or accuracy.verify_multiple is 0), nothing to check",
                "uncalibrated": "accuracy.seeds is 1: no seed band to judge the stack against at length",
@@ -118,41 +130,10 @@ def stack_check_lines(result: SweepResult) -> list[str]:
     cost = f"; {len(check.trial_ids)} runs, {check.cost_s:.0f} s"
     if check.status == "verified":
         main = next((f for f in check.figures if not f.name.startswith(CURVE)), None)
-        detail = f" ({_figure_text(main)})" if main is not None else ""
+        detail = f" ({figure_check_text(main)})" if main is not None else ""
         return [f"stack check: {what} verified at {length}: every figure within the baseline's seed noise"
                 f"{detail}{cost}"]
     bad = [f for f in check.figures if f.outcome == "worse"]
     worst = max(bad, key=lambda f: f.spreads if f.spreads is not None else float("inf"))
     more = f"; {len(bad) - 1} more figure(s) worse" if len(bad) > 1 else ""
-    return [f"stack check: {what} REFUSED at {length}: {_figure_text(worst)}{more}{cost}", f"  {_advice(check)}"]
-
-
-def stack_check_plot(check: Optional[StackCheck]) -> Optional[Figure]:
-    """The baseline's seeds (grey) and the final stack (blue; red when refused) at the longer window, the sweep's
-    window marked: where a late harm shows."""
-    if check is None or check.stack_run is None or not check.baseline_runs:
-        return None
-    fig = Figure(figsize=(figures.WIDTH_IN, 3.2))
-    ax = fig.subplots()
-    for i, run in enumerate(check.baseline_runs):
-        ax.plot([s for s, _ in run.loss_curve], [v for _, v in run.loss_curve], color="#999999", linewidth=0.8,
-                label=f"baseline, {len(check.baseline_runs)} seeds" if i == 0 else None)
-    color = "#c0392b" if check.status == "refused" else "#0072b2"
-    ax.plot([s for s, _ in check.stack_run.loss_curve], [v for _, v in check.stack_run.loss_curve], color=color,
-            linewidth=1.2, label=f"{_label(check.best)} ({check.status})")
-    ax.axvline(check.window, color="#555555", linestyle=":", linewidth=1, label="the sweep's accuracy window")
-    values = [v for r in [*check.baseline_runs, check.stack_run] for _, v in r.loss_curve if v and v > 0]
-    if values and max(values) / min(values) > 20:
-        ax.set_yscale("log")
-    ax.set_xlabel("samples seen")
-    ax.set_ylabel("training loss")
-    ax.legend(fontsize=8)
-    return fig
-
-
-def stack_check_context(result: SweepResult) -> dict:
-    """The report section ``stack-check``: its lines, the window's limits and the figure."""
-    fig = stack_check_plot(result.stack_check)
-    return {"lines": window_lines(result) + stack_check_lines(result), "limits": limits_line(result),
-            "figure": figures.to_png(fig) if fig is not None else None,
-            "status": result.stack_check.status if result.stack_check else None}
+    return [f"stack check: {what} REFUSED at {length}: {figure_check_text(worst)}{more}{cost}", f"  {_advice(check)}"]

@@ -1,9 +1,10 @@
-"""The accuracy gate: a faster change is worth nothing if training got worse.
+"""The accuracy gate's decision on one candidate: a faster change is worth nothing if training got worse.
 
-Both sides were measured at the same number of samples seen, from the same initial weights and data order (see
-``perftune/burst/phases.py``), so a difference is the change's doing, not more or less training.  Only a worsening
-counts: a lower loss is never a rejection.  With the baseline's seed runs (``seeds``), every figure is judged
-against their spread (``perftune.engine.seed_band``); without them, by the plan's fixed relative tolerance.
+Both sides were measured at the same number of samples seen, from the same initial weights and data order (the
+burst's first phase, ``perftune.burst.meter``), so a difference is the change's doing, not more or less training.
+Only a worsening counts: a lower loss is never a rejection.  With the baseline's seed runs (``seeds``), every figure
+is judged against their spread (``perftune.engine.accuracy.seed_band``); without them, by the plan's fixed relative
+tolerance.  The reasons are worded by ``perftune.words.gate_words``.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from perftune.engine import seed_band
+from perftune.engine.accuracy import seed_band
+from perftune.io.accuracy_window import CURVE
 from perftune.io.plan import ACCURACY_METRICS, AccuracyGate
 from perftune.io.records import Accuracy
+from perftune.words import gate_words as words
 
 DEFAULT_REPETITION_TOLERANCE = 0.10  # absolute increase in the share of repeated 3-grams
 #: a script metric whose name holds one of these is better when lower
@@ -30,34 +33,19 @@ class GateResult:
     unjudged: dict[str, str] = field(default_factory=dict)  # metric -> why it cannot judge
     #: each figure against the baseline's seeds (empty: no seed runs, the fixed tolerance judged)
     judgements: list[seed_band.Judgement] = field(default_factory=list)
-    #: the updates count when batch sizes differ (``_window``): said with every figure the verdict states
+    #: the updates count when batch sizes differ (``gate_words.updates_clause``): said with every figure stated
     window: str = ""
 
     def pass_notes(self) -> list[str]:
         """What a passing verdict must add, in words: figures the seeds could not separate from the tolerance, figures
         they could not calibrate (never silently passed; the metrics the baseline cannot judge are ``unjudged``)."""
-        if not self.ok:
-            return []
-        notes = [j.describe() for j in self.judgements if j.outcome == "unseparated"]
-        uncalibrated = [seed_band.label(j.name) for j in self.judgements if j.outcome == "uncalibrated"]
-        if uncalibrated:
-            notes.append(f"uncalibrated (no seed spread): {', '.join(uncalibrated)}, judged by the fixed tolerance")
-        return [n + self.window for n in notes]
+        return words.pass_notes(self.judgements, self.window) if self.ok else []
 
 
 def _rel(candidate: Optional[float], baseline: Optional[float]) -> Optional[float]:
     if candidate is None or baseline is None or baseline == 0:
         return None
     return candidate / baseline - 1.0
-
-
-def _window(baseline: Accuracy, candidate: Accuracy) -> str:
-    """Say what was compared when the updates differ: equal samples seen, but fewer or more optimizer updates."""
-    if candidate.updates is None or baseline.updates is None or candidate.updates == baseline.updates:
-        return ""
-    rule = f", learning rate x{candidate.lr_scale:.3g}" if candidate.lr_scale != 1.0 else ", same learning rate"
-    return (f"; compared at {candidate.samples_seen} samples seen: {candidate.updates} optimizer updates vs the "
-            f"baseline's {baseline.updates}{rule}")
 
 
 def _no_learning_change(metric: str, initial: float, final: float) -> Optional[float]:
@@ -76,14 +64,11 @@ def unjudged(baseline: Accuracy, gate: AccuracyGate) -> dict[str, str]:
     within the tolerance.  Both come from a burst too short for the model to get past its first plateau; more
     samples before the measurement (plan field ``accuracy.samples``) is what makes them judge.
     """
-    more = f"raise accuracy.samples (now {baseline.samples_seen} samples seen) so that the baseline trains further"
     out: dict[str, str] = {}
     rep_tol = gate.tolerances.get("repetition_rate", DEFAULT_REPETITION_TOLERANCE)
     rep = baseline.repetition_rate
     if rep is not None and rep + rep_tol >= 1.0:
-        out["repetition_rate"] = (
-            f"repetition_rate cannot judge at this burst length: the baseline's greedy sample already repeats "
-            f"{rep:.2f} of its 3-grams, so no trial can exceed it by the tolerance +{rep_tol:.2f}; {more}")
+        out["repetition_rate"] = words.repetition_cannot_judge(baseline, rep_tol)
     curve = baseline.loss_curve
     final = baseline.train_loss if baseline.train_loss is not None else (curve[-1][1] if curve else None)
     if len(curve) < 2 or final is None or not (math.isfinite(final) and math.isfinite(curve[0][1])):
@@ -92,10 +77,7 @@ def unjudged(baseline: Accuracy, gate: AccuracyGate) -> dict[str, str]:
     for metric, tol in {gate.metric: gate.rel_tolerance, **gate.tolerances}.items():
         worse = _no_learning_change(metric, initial, final) if metric != "repetition_rate" else None
         if worse is not None and worse <= tol:
-            out[metric] = (
-                f"{metric} cannot judge at this burst length: the baseline's training loss went from {initial:.4g} to "
-                f"{final:.4g} ({final / initial - 1:+.1%}) over {baseline.samples_seen} samples, so a trial that "
-                f"learnt nothing would still be within the {tol:.1%} tolerance; {more}")
+            out[metric] = words.loss_cannot_judge(metric, baseline, initial, final, tol)
     return out
 
 
@@ -119,8 +101,7 @@ def _script_metrics(baseline: Accuracy, candidate: Accuracy, tol: float, changes
             continue
         lower = lower_is_better(name)
         if (change if lower else -change) > tol:
-            return (f"the script's {name} {c:.4g} vs baseline {b:.4g}: {change:+.1%} (tolerance {tol:.1%} "
-                    f"{'up' if lower else 'down'}, at {candidate.val_metrics_samples} samples seen)")
+            return words.script_metric_text(name, b, c, change, tol, lower, candidate.val_metrics_samples)
     return ""
 
 
@@ -137,7 +118,7 @@ def against_seeds(baseline: Accuracy, candidate: Accuracy, gate: AccuracyGate, s
     q = seed_band.quantile(confidence, len(names))
     out = []
     for name in names:
-        metric = "train_loss" if name.startswith(seed_band.CURVE) else name
+        metric = "train_loss" if name.startswith(CURVE) else name
         tol = gate.tolerances.get(metric, gate.rel_tolerance) if metric in ACCURACY_METRICS else gate.rel_tolerance
         lower = lower_is_better(name[4:]) if name.startswith("val:") else True
         out.append(seed_band.judge(name, mine[name], [b.get(name) for b in band], tol, q, lower))
@@ -148,55 +129,53 @@ def _seed_refusal(judgements: list[seed_band.Judgement], metric: str) -> str:
     """The refusal's reason: the plan's metric first when it is worse (the figure the user named), else the worst
     figure in seed spreads; how many more figures are worse."""
     worse = sorted((j for j in judgements if j.worse), key=lambda j: (j.name != metric, -(j.spreads or 0.0)))
-    if not worse:
-        return ""
-    more = f"; {len(worse) - 1} more figure(s) worse" if len(worse) > 1 else ""
-    return worse[0].describe() + more
+    return words.seed_refusal_text(worse) if worse else ""
 
 
-def check(baseline: Accuracy, candidate: Optional[Accuracy], gate: AccuracyGate, seeds: Sequence[Accuracy] = (),
-          confidence: float = 0.95) -> GateResult:
-    """``candidate`` against ``baseline`` under the plan's ``gate``; ``seeds``: the baseline's accuracy windows
-    with other seeds (``perftune.engine.seed_runs``), which calibrate it at one-sided ``confidence``."""
-    if candidate is None:
-        return GateResult(False, "no accuracy was measured")
-    changes = {m: _rel(getattr(candidate, m), getattr(baseline, m)) for m in ACCURACY_METRICS}
-    if candidate.repetition_rate is not None and baseline.repetition_rate is not None:
-        changes["repetition_rate"] = candidate.repetition_rate - baseline.repetition_rate
-    if candidate.nonfinite and not baseline.nonfinite:
-        return GateResult(False, f"NaN/Inf in the loss or gradients{_window(baseline, candidate)}", changes)
-    if candidate.samples_seen != baseline.samples_seen:
-        return GateResult(False, f"measured after {candidate.samples_seen} samples, the baseline after "
-                                 f"{baseline.samples_seen}: not comparable", changes)
-    judgements = against_seeds(baseline, candidate, gate, seeds, confidence) if seeds else []
-    refused = _seed_refusal(judgements, gate.metric)
-    if refused:
-        return GateResult(False, refused + _window(baseline, candidate), changes, judgements=judgements)
-    tolerances = {gate.metric: gate.rel_tolerance, **gate.tolerances}
-    for metric, tol in tolerances.items():
+def _fixed_refusal(baseline: Accuracy, candidate: Accuracy, gate: AccuracyGate, changes: dict, seeds: bool,
+                   updates: str) -> str:
+    """Why the plan's fixed tolerances refuse ``candidate`` ("" when they do not): a metric missing, or (without
+    seed runs) worse than its tolerance, or the script's own figures worse."""
+    for metric, tol in {gate.metric: gate.rel_tolerance, **gate.tolerances}.items():
         if metric == "repetition_rate":
             continue
         change = changes.get(metric)
         if change is None:
             if getattr(baseline, metric) is not None:
-                return GateResult(False, f"{metric} is missing{_window(baseline, candidate)}", changes)
+                return words.missing_text(metric, updates)
             continue
         if change > tol and not seeds:
-            return GateResult(False, f"{metric} {getattr(candidate, metric):.4g} vs baseline "
-                                     f"{getattr(baseline, metric):.4g}: +{change:.1%} (tolerance {tol:.1%})"
-                                     f"{_window(baseline, candidate)}", changes)
+            return words.tolerance_text(metric, baseline, candidate, change, tol, updates)
     refused = "" if seeds else _script_metrics(baseline, candidate, gate.rel_tolerance, changes)
+    return refused + updates if refused else ""
+
+
+def check(baseline: Accuracy, candidate: Optional[Accuracy], gate: AccuracyGate, seeds: Sequence[Accuracy] = (),
+          confidence: float = 0.95) -> GateResult:
+    """``candidate`` against ``baseline`` under the plan's ``gate``; ``seeds``: the baseline's accuracy windows
+    with other seeds (``perftune.engine.accuracy.seeds``), which calibrate it at one-sided ``confidence``."""
+    if candidate is None:
+        return GateResult(False, words.NOT_MEASURED)
+    changes = {m: _rel(getattr(candidate, m), getattr(baseline, m)) for m in ACCURACY_METRICS}
+    if candidate.repetition_rate is not None and baseline.repetition_rate is not None:
+        changes["repetition_rate"] = candidate.repetition_rate - baseline.repetition_rate
+    window = words.updates_clause(baseline, candidate)
+    if candidate.nonfinite and not baseline.nonfinite:
+        return GateResult(False, words.nonfinite_text(window), changes)
+    if candidate.samples_seen != baseline.samples_seen:
+        return GateResult(False, words.not_comparable_text(baseline, candidate), changes)
+    judgements = against_seeds(baseline, candidate, gate, seeds, confidence) if seeds else []
+    refused = _seed_refusal(judgements, gate.metric)
     if refused:
-        return GateResult(False, refused + _window(baseline, candidate), changes)
+        return GateResult(False, refused + window, changes, judgements=judgements)
+    refused = _fixed_refusal(baseline, candidate, gate, changes, bool(seeds), window)
+    if refused:
+        return GateResult(False, refused, changes)
     rep_tol = gate.tolerances.get("repetition_rate", DEFAULT_REPETITION_TOLERANCE)
     rep = changes.get("repetition_rate")
-    window = _window(baseline, candidate)
     if rep is not None and rep > rep_tol:
-        return GateResult(False, f"repetition rate of a greedy sample {candidate.repetition_rate:.2f} vs "
-                                 f"{baseline.repetition_rate:.2f} (+{rep:.2f}, tolerance {rep_tol:.2f}){window}",
-                          changes)
+        return GateResult(False, words.repetition_text(baseline, candidate, rep, rep_tol, window), changes)
     if (candidate.max_grad_norm is not None and baseline.max_grad_norm
             and candidate.max_grad_norm > gate.grad_norm_factor * baseline.max_grad_norm):
-        return GateResult(False, f"gradient norm blew up: max {candidate.max_grad_norm:.3g} vs baseline "
-                                 f"{baseline.max_grad_norm:.3g} (limit x{gate.grad_norm_factor:g}){window}", changes)
+        return GateResult(False, words.grad_norm_text(baseline, candidate, gate.grad_norm_factor, window), changes)
     return GateResult(True, "", changes, unjudged(baseline, gate), judgements, window=window)

@@ -1,27 +1,29 @@
-"""After stacking: the final stack and the baseline trained for a longer window, once per sweep (issue 37).
+"""After stacking: the final stack and the baseline trained for a longer window, once per sweep.
 
 Every candidate is judged at the sweep's accuracy window, which a budget bounds because every process trains it.
 A change that only hurts late (a precision floor, a learning rate that diverges after the window, a batch too large
 to keep improving) passes there.  So the configuration the user will adopt is checked once more at
 ``accuracy.verify_multiple`` times the window (within ``accuracy.verify_budget_s``): the baseline on the seeds the
 gate was calibrated on, the final stack on the plan's seed, each figure judged against the baseline's seed band as
-the gate judges (``perftune.engine.accuracy.against_seeds``).  A refused stack names the stacked change to suspect:
+the gate judges (``perftune.engine.accuracy.gate.against_seeds``).  A refused stack names the stacked change to suspect:
 the only one, or by leave-one-out at the longer window when that fits the budget again.
 
-The decisions (``length``, ``judge``, ``suspects``) are pure functions of records; ``verify`` runs the trials.
+The decisions (``judge``, ``suspects``; the check's length: ``sizing.check_length``) are pure functions of
+records; ``verify`` runs the trials.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
-from perftune.engine import seed_runs
-from perftune.engine.accuracy import against_seeds
+from perftune.engine.accuracy.gate import against_seeds
+from perftune.engine.accuracy.sizing import check_length, step_unit
+from perftune.engine.accuracy.window_trials import Measure, Runs, SweepTrials, seconds_per_sample, window_spec
 from perftune.io.accuracy_window import FigureCheck, LeaveOneOutCheck, StackCheck
 from perftune.io.plan import MAX_SEED, AccuracyGate, Plan
 from perftune.io.records import Accuracy
-
-length = seed_runs.check_length
+from perftune.io.sweep_records import SweepResult, SweepTrial
+from perftune.words.window_words import changes_text
 
 
 def figure_checks(baseline_runs: Sequence[Accuracy], candidate: Accuracy, gate: AccuracyGate,
@@ -64,11 +66,11 @@ def worst(figures: Sequence[FigureCheck]) -> Optional[FigureCheck]:
 class Check:
     """The runs of one stack check: the baseline's seeds, the stack, leave-one-out, through ``measure``."""
 
-    def __init__(self, plan: Plan, measure: seed_runs.Measure, cache_dir: Optional[str], record: StackCheck):
+    def __init__(self, plan: Plan, measure: Measure, cache_dir: Optional[str], record: StackCheck):
         self.plan, self.measure, self.cache_dir, self.record = plan, measure, cache_dir, record
 
     def run(self, changes: dict[str, Any], seed: int, label: str) -> Optional[Accuracy]:
-        spec = seed_runs.window_spec(self.plan, self.record.samples, seed, label, self.cache_dir, changes)
+        spec = window_spec(self.plan, self.record.samples, seed, label, self.cache_dir, changes)
         result, _ = self.measure(spec)
         self.record.cost_s += result.wall_s or 0.0
         self.record.trial_ids.append(result.trial_id)
@@ -101,7 +103,7 @@ class Check:
             self.record.leave_one_out.append(LeaveOneOutCheck(removed={name: value}, ok=ok, worst=worst(figures)))
 
 
-def verify(plan: Plan, best: dict[str, Any], measure: seed_runs.Measure, cache_dir: Optional[str],
+def verify(plan: Plan, best: dict[str, Any], measure: Measure, cache_dir: Optional[str],
            per_sample: Optional[float], out_of_time: bool = False) -> StackCheck:
     """The final stack ``best`` (its changes) against the baseline at the longer window; ``plan``'s accuracy
     window is the sweep's (sized); ``per_sample``: the baseline's training seconds per sample."""
@@ -118,12 +120,12 @@ def verify(plan: Plan, best: dict[str, Any], measure: seed_runs.Measure, cache_d
     if out_of_time:
         record.skipped_why = "out_of_time"
         return record
-    record.samples, record.budget_bound = length(window, seed_runs.step_unit(plan), per_sample, gate, gate.seeds + 1)
+    record.samples, record.budget_bound = check_length(window, step_unit(plan), per_sample, gate, gate.seeds + 1)
     if not record.samples:
         record.skipped_why = "budget"
         return record
     check = Check(plan, measure, cache_dir, record)
-    stack = check.run(best, plan.seed, f"stack check: {_label(best)} ({record.samples} samples)")
+    stack = check.run(best, plan.seed, f"stack check: {changes_text(best)} ({record.samples} samples)")
     baseline = check.baseline()
     if stack is None or not baseline or record.seeds[0] != plan.seed:
         record.status = "failed"
@@ -137,13 +139,23 @@ def verify(plan: Plan, best: dict[str, Any], measure: seed_runs.Measure, cache_d
     return record
 
 
-def _label(changes: dict) -> str:
-    return " ".join(f"+{k}={v}" for k, v in changes.items())
+class StackSweep(Protocol):
+    """What the stack check needs of a sweep after stacking (``perftune.engine.sweep.Sweep``)."""
+
+    @property
+    def plan(self) -> Plan: ...  # its accuracy window sized
+    @property
+    def result(self) -> SweepResult: ...  # its stack and its calibration
+    @property
+    def baseline_runs(self) -> list[SweepTrial]: ...
+    @property
+    def store(self) -> SweepTrials: ...  # its trials, run or reused
+    def say(self, line: str) -> None: ...
+    def out_of_time(self) -> bool: ...
 
 
-def verify_sweep(sweep) -> StackCheck:
-    """:func:`verify` for a ``perftune.engine.sweep.Sweep`` after stacking: its final stack, trial folders, runner
-    and progress lines."""
+def verify_sweep(sweep: StackSweep) -> StackCheck:
+    """:func:`verify` for a sweep after stacking: its final stack, trial folders, runner and progress lines."""
     best: dict[str, Any] = {}
     for step in (sweep.result.stack or [])[1:]:
         if step.kept:
@@ -151,11 +163,9 @@ def verify_sweep(sweep) -> StackCheck:
     base = sweep.baseline_runs[0].result if sweep.baseline_runs else None
     reach = sweep.result.accuracy_calibration.reach if sweep.result.accuracy_calibration else None
     per_sample = (reach.seconds_per_sample if reach and reach.seconds_per_sample else
-                  seed_runs.seconds_per_sample(base) if base is not None else None)
-    procs = sweep.procs
-    runs = seed_runs.Runs(procs.run_or_reuse, procs.progress.start, sweep.say)
-    check = verify(sweep.plan, best, runs, str(procs.cache_dir), per_sample, sweep.out_of_time())
+                  seconds_per_sample(base) if base is not None else None)
+    check = verify(sweep.plan, best, Runs(sweep.store, sweep.say), str(sweep.store.cache_dir), per_sample,
+                   sweep.out_of_time())
     if check.status in ("verified", "refused"):
         sweep.say(f"  stack check at {check.samples} samples: {check.status}")
     return check
-

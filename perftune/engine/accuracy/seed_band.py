@@ -13,7 +13,7 @@ Three answers per figure, as Pinpoint's same/different/unknown: ``pass`` (within
 plan's ``rel_tolerance`` of the baseline's own run), ``worse`` (beyond what seed noise explains: refused),
 ``unseparated`` (beyond the tolerance but within the seed noise: the seeds cannot tell; passed, and said so).
 A figure whose spread cannot be measured (one seed, or every seed alike) is ``uncalibrated`` and judged by the
-fixed tolerance alone, and said so.
+fixed tolerance alone, and said so (``perftune.words.gate_words.judgement_text``).
 """
 
 from __future__ import annotations
@@ -25,14 +25,12 @@ from typing import Literal, Optional, Sequence
 import numpy as np
 from scipy import stats as sps
 
+from perftune.io.accuracy_window import CURVE
 from perftune.io.records import Accuracy
 
 #: a worsening below this share of the figure is numerical noise (AMP O1 moved the quickstart's val_loss 0.004%),
 #: however tight the seeds are
 MIN_REL_WORSENING = 0.002
-#: the prefix of a curve checkpoint's name: ``train_loss@640`` is the mean training loss over the steps whose samples
-#: seen fall in the checkpoint's share of the window ending at 640 samples
-CURVE = "train_loss@"
 
 Outcome = Literal["pass", "worse", "unseparated", "uncalibrated"]
 
@@ -62,28 +60,6 @@ class Judgement:
     @property
     def change(self) -> Optional[float]:
         return self.value / self.mean - 1.0 if self.mean else None
-
-    def describe(self) -> str:
-        """The figure, the baseline's band and the answer in one clause."""
-        what = label(self.name)
-        rel = f"{self.change:+.1%}" if self.change is not None else "n/a"
-        if self.outcome == "uncalibrated":
-            return (f"{what} {self.value:.4g} vs baseline {self.mean:.4g}: {rel} (uncalibrated: its seed spread could "
-                    f"not be measured, judged by the {self.tolerance:.1%} tolerance alone)")
-        band = f"baseline seeds {self.mean:.4g} +- {self.sd:.2g} (sd of {self.n})"
-        z = self.spreads
-        head = f"{what} {self.value:.4g} vs {band}: {rel}, {abs(z):.1f} seed spreads {'worse' if z > 0 else 'better'}"
-        if self.outcome == "worse":
-            return f"{head} (seed noise explains up to {self.limit:.4g})"
-        if self.outcome == "unseparated":
-            return (f"{head}: beyond the {self.tolerance:.1%} tolerance of the baseline's own run but within seed "
-                    f"noise (up to "
-                    f"{self.limit:.4g}); the seeds cannot separate it (more accuracy.seeds would)")
-        return head
-
-
-def label(name: str) -> str:
-    return f"training loss at {name[len(CURVE):]} samples" if name.startswith(CURVE) else name
 
 
 def quantile(confidence: float, figures: int) -> float:

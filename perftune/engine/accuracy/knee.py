@@ -1,4 +1,4 @@
-"""Where the baseline's loss curve flattens: the accuracy window's end, within its budget (issue 37).
+"""Where the baseline's loss curve flattens: the accuracy window's end, within its budget.
 
 A window that ends as soon as the loss has moved ("fallen by 3x the tolerance") judges in the steep first part of
 training, where the seeds disagree most and where a harm that caps what the model can reach (a precision floor, a

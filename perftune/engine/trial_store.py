@@ -1,0 +1,78 @@
+"""The sweep folder's trials: each trial measured, or reused where an earlier run finished it and its file is the one
+that run accepted; every accepted ``trial.json`` sealed; the folder watched for what vanishes or changes while the
+sweep runs; ``results.json`` written again (atomically) after every change, so a killed sweep resumes from it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+from perftune.engine import graph_cache
+from perftune.engine.progress import SweepProgress
+from perftune.io.files import RESULTS_NAME, TRIALS_DIR
+from perftune.io.records import TrialResult, TrialSpec
+from perftune.io.seals import TrialSeals
+from perftune.io.store import write_json_atomic
+from perftune.io.sweep_records import PairedProcess, SweepResult, SweepTrial
+from perftune.io.watch import FolderWatch
+
+#: runs one trial in ``trial_dir`` and returns its result (``perftune.runner.run_trial``; tests pass scripted ones)
+TrialRunner = Callable[[TrialSpec, Path], TrialResult]
+
+
+class TrialStore:
+    """One sweep's folder ``out``: its trial folders, compile caches, seals and ``results.json`` (``result``); what
+    goes wrong with the folder is said on ``progress``."""
+
+    def __init__(self, out: Path, run: TrialRunner, result: SweepResult, progress: SweepProgress):
+        self.out = out
+        self.trials_dir = out / TRIALS_DIR
+        self.cache_dir = (out / "cache").resolve()
+        self.run_trial = run
+        self.result = result
+        self.progress = progress
+        self.lock = threading.RLock()  # a cluster's lanes share the records, the progress and results.json
+        self.started = time.perf_counter()
+        self.seals = TrialSeals(out)  # each accepted trial.json's digest: a changed one is set aside (io/seals.py)
+        self.watch = FolderWatch(out, self.seals)  # what vanishes from the folder while it runs (io/watch.py)
+
+    def run_or_reuse(self, spec: TrialSpec, lane: Optional[int] = None) -> tuple[TrialResult, bool]:
+        """``spec``'s result, from its folder when an earlier run finished it (True), else measured now (False);
+        ``lane``: the runner's lane, from a lane's thread."""
+        trial_dir = self.trials_dir / spec.trial_id
+        result, set_aside = self.seals.reusable(trial_dir, spec.trial_id)
+        if set_aside is not None:
+            self.warn(set_aside)
+        found = result is not None
+        if result is None:  # a compile cache that served another graph is dropped and the process run again
+            result = graph_cache.run_checked(lambda s: self.run_trial(s, trial_dir) if lane is None
+                                             else self.run_trial(s, trial_dir, lane=lane), spec)
+        self.seals.seal(trial_dir, spec.trial_id)
+        return result, found
+
+    def recorded(self, trial_id: str) -> bool:
+        """Whether this run recorded ``trial_id`` already: a folder it finds again is not "reused" from an earlier
+        run."""
+        with self.lock:
+            return any(t.trial_id == trial_id for t in [*self.result.trials, *self.result.paired])
+
+    def add(self, record: Union[SweepTrial, PairedProcess]) -> None:
+        """A finished process recorded in ``results.json``."""
+        with self.lock:
+            (self.result.paired if isinstance(record, PairedProcess) else self.result.trials).append(record)
+            self.save()
+
+    def save(self) -> None:
+        with self.lock:
+            for line in self.watch.check():
+                self.warn(line)
+            self.result.wall_s = time.perf_counter() - self.started
+            write_json_atomic(self.out / RESULTS_NAME, self.result.model_dump(mode="json"))
+
+    def warn(self, line: str) -> None:
+        """What is wrong with the sweep's own folder (a trial file set aside): kept in results.json and said."""
+        with self.lock:
+            self.result.integrity.append(line)
+            self.progress.done(f"  warning: {line}")
