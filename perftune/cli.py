@@ -310,9 +310,12 @@ def report_command(results_dir: Path) -> None:
     """Write RESULTS_DIR/report.html (one self-contained file) from a sweep's RESULTS_DIR/results.json, or from
     the trial.json of one measurement (a hand-added perftune.Callback's folder)."""
     from perftune.io.seals import folder_doubts
-    from perftune.report import write_report
+    from perftune.report import write_report_said
 
-    click.echo(write_report(results_dir))
+    path, record = write_report_said(results_dir)
+    click.echo(path)
+    for line in record:  # the folder's integrity record: what the sweep logged, and what reading it found
+        click.echo(f"perftune: warning: {line}", err=True)
     for doubt in folder_doubts(results_dir):  # left out of the report, as export leaves them out
         click.echo(f"perftune: warning: left out {doubt}", err=True)
 

@@ -68,3 +68,22 @@ def test_report_on_an_empty_folder_names_both_files_it_reads(tmp_path):
     result = CliRunner().invoke(main, ["report", str(tmp_path)])
     assert result.exit_code == 2
     assert "no results.json or trial.json in it (not a perftune sweep or trial folder)" in result.stderr
+
+
+def test_a_mindspore_message_that_announces_its_cause_keeps_the_cause_in_one_line():
+    """MindSpore's CPU message for an Ascend-only op begins with a line that only announces the next (as reported
+    with mindformers' overflow check on CPU): the op's name must reach the reason, not only the log tail."""
+    from perftune.burst.failures import one_line
+
+    exc = RuntimeError("- Kernel select failed:\n----------------------------------------------------\n"
+                       "- Unsupported op [NPUGetFloatStatusV2] on CPU\n\n----------\n- C++ Call Stack:\n")
+    assert one_line(exc) == "RuntimeError: Kernel select failed: Unsupported op [NPUGetFloatStatusV2] on CPU"
+    assert one_line(ValueError("bad value\nmore")) == "ValueError: bad value"
+
+
+def test_ablation_markdown_escapes_only_what_renders_as_html():
+    """ablation.md reads as written: ``< 25%`` and ``>=`` stay; a tag or an entity is escaped."""
+    from perftune.report.tables import md_text
+
+    assert md_text("waits for data 0% of the step (< 25%), x >= 1") == "waits for data 0% of the step (< 25%), x >= 1"
+    assert md_text("<b>x</b> | y &amp; z & w") == "&lt;b>x&lt;/b> \\| y &amp;amp; z & w"

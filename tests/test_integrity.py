@@ -161,7 +161,8 @@ def test_a_loud_burst_keeps_a_capped_log_and_its_result(tmp_path):
 def test_a_scripts_folder_is_never_the_results_folder(tmp_path):
     """A script runs in its own folder (burst/script.py): a sweep refuses an output folder that holds it."""
     (tmp_path / "train.py").write_text("print('never run')\n")
-    plan = write_plan(tmp_path, name="here", workload={"script": "train.py"}, output_dir=".", baseline={})
+    plan = write_plan(tmp_path, name="here", workload={"script": "train.py"}, workload_params={}, output_dir=".",
+                      baseline={})
     done = cli("sweep", str(plan), "--no-progress", "--no-report")
     assert done.returncode == 2 and "holds files perftune did not write" in done.stderr, done.stderr
     assert not (tmp_path / "results.json").exists() and not (tmp_path / "trials").exists()

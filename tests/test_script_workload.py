@@ -86,6 +86,9 @@ def test_script_plan_resolves_the_script_and_gates_on_training_loss(scripts):
      "perftune cannot read what the job uses today); or did you mean the built-in knob 'batch_size'?"),
     ({"accuracy": {"metric": "val_loss"}}, "accuracy.metric: 'val_loss' needs perftune's own validation pass"),
     ({"variables": {"workers": [2]}}, "variables.workers: knob 'workers' is not supported for a script workload"),
+    ({"workload": {"script": "train.py", "tokens_per_sample": 32}}, "workload.tokens_per_sample: unknown field"),
+    ({"workload_params": {"tokens_per_sample": 32}}, "workload_params: a script workload takes its settings from its "
+     "own arguments: put them in workload.args"),
 ])
 def test_validate_refuses_with_one_line(scripts, change, expected):
     path = write_plan(scripts, "bad", **change)
@@ -94,6 +97,7 @@ def test_validate_refuses_with_one_line(scripts, change, expected):
     assert any(p.startswith(expected) for p in err.value.problems), err.value.problems
     run = CliRunner().invoke(main, ["validate", str(path)])
     assert run.exit_code == 2 and expected in run.output and "Traceback" not in run.output
+    assert "Input should be a valid string" not in run.output  # the union's other form is not the user's mistake
 
 
 def test_run_set_refuses_a_knob_without_route(scripts):

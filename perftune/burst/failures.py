@@ -21,9 +21,14 @@ class KnobRefused(Exception):
 
 
 def one_line(exc: BaseException) -> str:
-    """The exception's type and the first meaningful line of its message (MindSpore's run to dozens of lines)."""
-    text = str(exc).strip()
-    first = next((line.strip() for line in text.splitlines() if line.strip() and not line.startswith("---")), "")
+    """The exception's type and the first meaningful line of its message (MindSpore's run to dozens of lines); a
+    first line that only announces the next (MindSpore's ``- Kernel select failed:``) is joined with it, so the op
+    or value named there reaches the reason."""
+    lines = [line.strip().lstrip("- ").strip() for line in str(exc).strip().splitlines()]
+    lines = [line for line in lines if line and not line.startswith("---")]
+    first = lines[0] if lines else ""
+    if first.endswith(":") and len(lines) > 1:
+        first = f"{first} {lines[1]}"
     return f"{type(exc).__name__}: {first}"[:500]
 
 

@@ -126,6 +126,7 @@ def run_compare(old: str | Path, new: str | Path, threshold: float = 0.05, metri
                         f"({len(new_groups)}); closest pair differs in {closest_difference(old_groups, new_groups)}")
     warnings = side_warnings(old_side, new_side, missing) + [f"{s.name}: {d}" for s in (old_side, new_side)
                                                              for d in s.doubts]
+    warnings += [same] if (same := same_runs(old_side, new_side)) else []
 
     # labels relative to OLD's baseline (or its first trial)
     ref_entry = next((e for e in old_side.entries if e.kind == "baseline"), old_side.entries[0])
@@ -159,6 +160,20 @@ def run_compare(old: str | Path, new: str | Path, threshold: float = 0.05, metri
         warnings=warnings, regressions=regressions, exit_code=exit_code,
         summary=summary_line(configs, metric, threshold))
     return report
+
+
+def same_runs(old: Side, new: Side) -> str:
+    """One line where OLD and NEW hold the very same runs (the same trial ids with the same timed windows: the same
+    folder twice, or a copy of it), else "": such a comparison always passes, so a CI step wired to compare a
+    results folder with itself must not pass silently."""
+    def runs(side: Side) -> set[str]:
+        return {json.dumps([e.result.trial_id, [w.model_dump(mode="json") for w in e.result.windows]])
+                for e in side.entries}
+
+    if runs(old) != runs(new):
+        return ""
+    return (f"OLD and NEW are the same runs ({len(old.entries)} trial(s) with the same ids and timed windows): this "
+            "compares a measurement with itself and cannot find a regression; compare a new measurement with OLD")
 
 
 def config_warnings(configs: list[ConfigComparison]) -> list[str]:

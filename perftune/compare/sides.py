@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from perftune.errors import UserError
+from perftune.io.crosscheck import check_against_trials
 from perftune.io.files import (
     RESULTS_NAME,
     SPEC_NAME,
@@ -46,7 +47,8 @@ class Side:
     file_kinds: list[str] = field(default_factory=list)  # "sweep" / "trial", per file
     entries: list[Entry] = field(default_factory=list)
     sweep_status: list[str] = field(default_factory=list)
-    #: trial files beside a sweep's results.json that cannot be believed (the comparison uses results.json)
+    #: trial files beside a sweep's results.json that cannot be believed (the comparison uses results.json), and
+    #: results.json figures its trial files contradict (the comparison uses the trial files')
     doubts: list[str] = field(default_factory=list)
 
 
@@ -64,7 +66,7 @@ def _spec_fields(trial_file: Path) -> tuple[Optional[dict], Optional[int]]:
 def _load_file(side: Side, path: Path) -> None:
     data = read_json(path)
     if is_sweep(data):
-        sweep = read_sweep(path)
+        sweep, mismatches = check_against_trials(read_sweep(path), path.parent)  # the trial files win
         params = sweep.plan.workload_params
         seed = sweep.plan.seed
         seen: set[str] = set()
@@ -75,7 +77,8 @@ def _load_file(side: Side, path: Path) -> None:
             side.entries.append(Entry(t.result, str(path), t.label, t.kind, params, seed))
         side.file_kinds.append("sweep")
         side.sweep_status.append(sweep.status)
-        side.doubts += [f"{d} (not used: the comparison reads {path.name})" for d in folder_doubts(path.parent)]
+        side.doubts += mismatches + [f"{d} (not used: the comparison reads {path.name})"
+                                     for d in folder_doubts(path.parent)]
     elif is_trial(data):
         result = read_trial(path)
         if (why := trial_file_doubt(path)) is not None:  # the comparison would rest on it

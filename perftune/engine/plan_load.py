@@ -46,12 +46,18 @@ def lr_scale(plan: Plan, batch_size: int) -> float:
     return {"none": 1.0, "linear": ratio, "sqrt": ratio ** 0.5}[plan.accuracy.lr_scaling]
 
 
-def _format_pydantic(err: ValidationError) -> list[str]:
+def _format_pydantic(err: ValidationError, data: dict) -> list[str]:
     lines = []
     for e in err.errors():
-        if len(e["loc"]) >= 2 and e["loc"][0] in ("baseline", "variables"):
+        loc = list(e["loc"])
+        if len(loc) >= 2 and loc[0] in ("baseline", "variables"):
             continue  # knob values are checked against the registry, with better messages
-        path = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        if len(loc) >= 2 and loc[0] == "workload" and loc[1] in ("str", "ScriptWorkload"):
+            # the workload is a name or a script's mapping: say only what is wrong with the form that was given
+            if (loc[1] == "str") == isinstance(data.get("workload"), dict):
+                continue
+            loc = [loc[0], *loc[2:]]
+        path = ".".join(str(p) for p in loc) or "(top level)"
         if e["type"] == "extra_forbidden":
             lines.append(f"{path}: unknown field")
             continue
@@ -198,7 +204,7 @@ def parse_plan(data: Any, source: str = "plan", base_dir: Path | None = None) ->
     try:
         plan = Plan.model_validate(data)
     except ValidationError as err:
-        problems = _format_pydantic(err) + problems
+        problems = _format_pydantic(err, data) + problems
         raise PlanError(problems, source) from None
     plan, own_problems = check_own_knobs(plan)
     problems += own_problems

@@ -59,6 +59,9 @@ def check_script_workload(data: dict, base_dir: Path) -> tuple[dict, list[str]]:
                         "option must be its own")
     knob_config = work.get("knob_config") if isinstance(work.get("knob_config"), dict) else {}
     problems += route_problems(knobs_in_play(data), {**knob_config, **knob_args})
+    if data.get("workload_params"):  # a script takes no parameters from perftune: it would be silently ignored
+        problems.append("workload_params: a script workload takes its settings from its own arguments: put them in "
+                        "workload.args, or sweep them as your own knobs (workload.knob_args, workload.knob_config)")
     problems += _check_metric(data)
     data = _default_metric(data)
     return data, problems

@@ -174,7 +174,9 @@ class Sweep:
         self.expected = 1 + 3 * len(singles)  # R C1 R C2 R ... and a verdict line each, before any extra round
         self.store.progress.begin(self.expected)
         self.store.progress.bound(most_lines(len(singles), self.plan.decision.max_runs, self.plan.accuracy.seeds))
+        finished = False
         try:
+            self.store.check_earlier()
             self.plan, self.result.accuracy_calibration = seed_runs.calibrate_sweep(self)
             self.procs.plan = self.plan  # the sized accuracy window: every spec from here on is judged at it
             if self.baseline(len(singles)):
@@ -182,13 +184,14 @@ class Sweep:
                 self.leave_one_out()
                 self.result.stack_check = stack_check.verify_sweep(self)  # the final stack at a longer window
             self.result.status = "complete"
+            finished = True
         except KeyboardInterrupt:
             self.result.status = "interrupted"
             raise
         finally:
             self.result.finished_utc = utc_now()
             self.store.progress.end()
-            self.store.save()
+            self.store.save_last(finished)
         return self.result
 
     def baseline(self, candidates: int) -> bool:

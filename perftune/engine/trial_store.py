@@ -11,7 +11,10 @@ from typing import Callable, Optional, Union
 
 from perftune.engine import graph_cache
 from perftune.engine.progress import SweepProgress
-from perftune.io.files import RESULTS_NAME, TRIALS_DIR
+from perftune.errors import UserError
+from perftune.io.crosscheck import check_against_trials, differing_figures
+from perftune.io.files import RESULTS_NAME, TRIALS_DIR, read_sweep
+from perftune.io.outdir import check_outputs
 from perftune.io.records import TrialResult, TrialSpec
 from perftune.io.seals import TrialSeals
 from perftune.io.store import write_json_atomic
@@ -35,6 +38,10 @@ class TrialStore:
         self.progress = progress
         self.lock = threading.RLock()  # a cluster's lanes share the records, the progress and results.json
         self.started = time.perf_counter()
+        check_outputs(out)  # before anything is written: a refused resume leaves the folder as it was
+        self.earlier = (out / RESULTS_NAME).exists()  # an earlier run's results.json, kept until this run records
+        self.saves = 0
+        self.witnesses: dict[str, TrialResult] = {}  # the earlier results.json's figures, by trial id
         self.seals = TrialSeals(out)  # each accepted trial.json's digest: a changed one is set aside (io/seals.py)
         self.watch = FolderWatch(out, self.seals)  # what vanishes from the folder while it runs (io/watch.py)
 
@@ -42,7 +49,7 @@ class TrialStore:
         """``spec``'s result, from its folder when an earlier run finished it (True), else measured now (False);
         ``lane``: the runner's lane, from a lane's thread."""
         trial_dir = self.trials_dir / spec.trial_id
-        result, set_aside = self.seals.reusable(trial_dir, spec.trial_id)
+        result, set_aside = self.seals.reusable(trial_dir, spec.trial_id, self.witness)
         if set_aside is not None:
             self.warn(set_aside)
         found = result is not None
@@ -70,6 +77,41 @@ class TrialStore:
                 self.warn(line)
             self.result.wall_s = time.perf_counter() - self.started
             write_json_atomic(self.out / RESULTS_NAME, self.result.model_dump(mode="json"))
+            self.saves += 1
+
+    def save_last(self, finished: bool) -> None:
+        """The sweep's last save; a run that ended by an error before it recorded anything keeps an earlier run's
+        results.json as it was (a resume refused at its first trial once left a 0-trial record in its place)."""
+        if finished or self.saves or not self.earlier:
+            self.save()
+
+    def check_earlier(self) -> None:
+        """An earlier run's results.json checked against the trial files this run reuses: a figure it holds
+        otherwise is said and kept in ``integrity`` (this run's results.json is written from the trial files).
+        Where the folder's seals were lost, that is said loudly, and results.json is the trials' witness."""
+        try:
+            earlier = read_sweep(self.out) if self.earlier else None
+        except UserError as exc:  # rewritten by this run; a trial it cannot reuse says so itself
+            earlier = None
+            self.warn(f"the earlier {RESULTS_NAME} cannot be read ({exc}); it is written again from the trial files")
+        for t in earlier.trials if earlier is not None else []:
+            self.witnesses.setdefault(t.trial_id, t.result)
+        if self.seals.lost:
+            self.warn(f"{self.seals.lost}: this folder was sealed, and its seals are gone: each trial file is reused "
+                      f"only where it agrees with its own windows and the earlier {RESULTS_NAME}, else it is set "
+                      "aside and measured again")
+        elif earlier is not None:
+            for line in check_against_trials(earlier, self.out, sealed_only=True)[1]:
+                self.warn(line)
+
+    def witness(self, result: TrialResult) -> Optional[str]:
+        """Why the earlier results.json contradicts an unsealed trial file (or, where the folder's seals were lost,
+        cannot confirm it), or None."""
+        known = self.witnesses.get(result.trial_id)
+        if known is None:
+            return f"the earlier {RESULTS_NAME} has no record of it to confirm it" if self.seals.lost else None
+        names = differing_figures(known, result)
+        return f"it disagrees with the earlier {RESULTS_NAME} on {', '.join(names)}" if names else None
 
     def warn(self, line: str) -> None:
         """What is wrong with the sweep's own folder (a trial file set aside): kept in results.json and said."""

@@ -18,12 +18,23 @@ import os
 import re
 import shutil
 import socket
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from perftune.errors import UserError
-from perftune.io.files import RESULTS_NAME, SEALS_NAME, SPEC_NAME, SWEEP_KIND, TRIAL_OUTPUTS, TRIALS_DIR, read_json
+from perftune.io.files import (
+    LOG_NAME,
+    RESULTS_NAME,
+    SEALS_NAME,
+    SPEC_NAME,
+    SWEEP_KIND,
+    TRIAL_OUTPUTS,
+    TRIALS_DIR,
+    file_kind,
+    read_json,
+)
 
 LOCK_NAME = ".perftune.lock"
 MARKER_NAME = ".perftune-sweep"
@@ -69,6 +80,7 @@ def check_own_folder(out: Path) -> None:
     if results.exists() and not _is_own_results(results):
         raise UserError(f"{out}: its {RESULTS_NAME} was not written by a perftune sweep; refusing to overwrite it "
                         "(choose another --out or output_dir)")
+    check_outputs(out)
     if (out / MARKER_NAME).is_file() or results.exists():
         return
     foreign = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME)
@@ -76,6 +88,32 @@ def check_own_folder(out: Path) -> None:
         shown = ", ".join(foreign[:3]) + (" ..." if len(foreign) > 3 else "")
         raise UserError(f"{out}: holds files perftune did not write ({shown}); a sweep writes only into an empty "
                         "folder or one of its own (choose another --out or output_dir)")
+
+
+def check_outputs(out: Path) -> None:
+    """Refuse (one line) a sweep folder where a file a sweep rewrites (at its top, and each trial folder's spec and
+    log) is not a regular file (a folder, a link to a device): checked before anything is written, so a refused
+    resume leaves the folder as it was (a seals file made a folder once let ``results.json`` be replaced by an empty
+    record before the refusal)."""
+    trials = Path(out) / TRIALS_DIR
+    if os.path.lexists(trials) and not trials.is_dir():
+        raise UserError(f"{trials}: not a folder; a sweep keeps its trials there (remove it, or choose another --out)")
+    try:
+        folders = sorted(p for p in trials.iterdir() if p.is_dir()) if trials.is_dir() else []
+    except OSError as exc:
+        raise UserError(f"{trials}: cannot be read ({exc.strerror or exc}); a sweep keeps its trials there") from None
+    for path in [Path(out) / name for name in (RESULTS_NAME, MARKER_NAME, *OWN_FILES)] + \
+            [folder / name for folder in folders for name in (SPEC_NAME, LOG_NAME)]:
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise UserError(f"{path}: cannot be read ({exc.strerror or exc}); perftune rewrites it during a sweep "
+                            "(repair or remove it, or choose another --out)") from None
+        if not stat.S_ISREG(mode):
+            raise UserError(f"{path}: {file_kind(mode)}, not a regular file; a sweep rewrites it, so it refuses to "
+                            "start (remove it, or choose another --out)")
 
 
 def check_own_trial_folder(trial_dir: Path) -> None:
@@ -212,12 +250,39 @@ def lock_folder(out: Path, since: str = "", tag: str = "") -> FolderLock:
     raise UserError(f"{out}: the lock {LOCK_NAME} keeps changing hands; is another sweep starting there?")
 
 
-def mark_own(out: Path) -> None:
-    """Mark the folder as a perftune sweep folder (so a later sweep or ``--fresh`` knows it may write there)."""
+#: the marker's line that says the folder's trial files are sealed (added at the sweep's first seal): a seals file
+#: missing there was lost, not never written (a deleted seals file was once the same as none, and the resume sealed
+#: an edited trial as it found it)
+SEALED_LINE = f"sealed: every trial.json this sweep accepts has its SHA-256 in {SEALS_NAME}"
+MARKER_TEXT = "This folder holds a perftune sweep: perftune writes and deletes only its own files here.\n"
+
+
+def mark_own(out: Path, sealed: bool = False) -> None:
+    """Mark the folder as a perftune sweep folder (so a later sweep or ``--fresh`` knows it may write there);
+    ``sealed``: its trial files are sealed (written again so where the marker vanished)."""
     marker = Path(out) / MARKER_NAME
     if not marker.exists():
-        marker.write_text("This folder holds a perftune sweep: perftune writes and deletes only its own files "
-                          "here.\n", encoding="utf-8")
+        marker.write_text(MARKER_TEXT + (f"{SEALED_LINE}\n" if sealed else ""), encoding="utf-8")
+
+
+def mark_sealed(out: Path) -> None:
+    """Add the sealed line to the folder's marker (at the sweep's first seal: the folder is sealed from then on);
+    a folder with no marker (a sweep run from the API) gets none."""
+    marker = Path(out) / MARKER_NAME
+    if marker.is_file() and not is_sealed(out):
+        marker.write_text(f"{MARKER_TEXT}{SEALED_LINE}\n", encoding="utf-8")
+
+
+def is_sealed(out: Path) -> bool:
+    """Whether the folder's marker says its trial files are sealed (read bounded: a marker is two short lines)."""
+    marker = Path(out) / MARKER_NAME
+    try:
+        if not marker.is_file():
+            return False
+        with open(marker, "rb") as fh:
+            return SEALED_LINE.encode() in fh.read(4096)
+    except OSError:
+        return False
 
 
 def clear_trial_outputs(trial_dir: Path, spec_too: bool = False) -> list[str]:

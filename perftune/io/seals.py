@@ -8,7 +8,10 @@ A file that changed, or cannot be read (bad JSON, NaN, truncated, a throughput i
 ``files.read_trial``), is moved aside inside its trial folder (``trial.set-aside-<n>.json``: kept, never deleted:
 perftune removes no file it cannot vouch for), named in the sweep's ``integrity`` notes, and the trial measured again.
 A file with no seal (a sweep from before seals, or a driver killed between the burst's write and the seal) is believed
-as before; a file from a newer perftune is refused, not set aside.
+where the earlier ``results.json`` does not contradict it; where the folder's marker says it was sealed and the seals
+file is gone or unreadable, that is said loudly and a file is reused only where ``results.json`` confirms it (a deleted
+seals file was once the same as none, and the resume sealed an edited trial as it found it).  A file from a newer
+perftune is refused, not set aside.
 """
 
 from __future__ import annotations
@@ -17,15 +20,18 @@ import hashlib
 import os
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from perftune.errors import UserError
-from perftune.io.files import SEALS_NAME, TRIAL_NAME, TRIALS_DIR, read_json, read_trial_if_present
+from perftune.io.files import RESULTS_NAME, SEALS_NAME, TRIAL_NAME, TRIALS_DIR, read_json, read_trial_if_present
+from perftune.io.outdir import is_sealed, mark_sealed
 from perftune.io.records import TrialResult
 from perftune.io.schema import NewerFileError
 from perftune.io.store import write_json_atomic
 
 SET_ASIDE = "trial.set-aside-{n}.json"
+#: why another record of the sweep contradicts (or cannot confirm) a trial file, or None where it confirms it
+Witness = Callable[[TrialResult], Optional[str]]
 
 
 def file_digest(path: Path) -> Optional[str]:
@@ -38,12 +44,26 @@ def file_digest(path: Path) -> Optional[str]:
 
 def read_seals(out: Path) -> dict[str, str]:
     """trial id -> the SHA-256 its trial.json had when the sweep accepted it (empty: no seals, or unreadable)."""
+    return load_seals(out)[0]
+
+
+def load_seals(out: Path) -> tuple[dict[str, str], Optional[str]]:
+    """(``read_seals``; why the seals file is missing or cannot be read, else None)."""
     try:
         data = read_json(Path(out) / SEALS_NAME, "perftune's trial seals")
-    except UserError:
-        return {}
+    except UserError as exc:
+        return {}, str(exc)
     trials = data.get("trials") if isinstance(data, dict) else None
-    return {k: v for k, v in trials.items() if isinstance(v, str)} if isinstance(trials, dict) else {}
+    if not isinstance(trials, dict):
+        return {}, f"{Path(out) / SEALS_NAME}: not perftune's trial seals (no \"trials\" object)"
+    return {k: v for k, v in trials.items() if isinstance(v, str)}, None
+
+
+def lost_seals(out: Path) -> Optional[str]:
+    """Why the seals of a folder whose marker says it is sealed are gone (missing, truncated, unreadable), else None
+    (sealed and readable, or a folder from before seals)."""
+    why = load_seals(out)[1]
+    return why if why is not None and is_sealed(out) else None
 
 
 def stat_key(path: Path) -> Optional[tuple[int, int, int]]:
@@ -81,7 +101,10 @@ class TrialSeals:
 
     def __init__(self, out: Path):
         self.path = Path(out) / SEALS_NAME
-        self.seals = read_seals(out)
+        self.seals, _ = load_seals(out)
+        #: why the seals of a folder that was sealed are gone: each trial is then reused only where another record
+        #: of the sweep confirms it (``reusable``'s ``witness``)
+        self.lost = lost_seals(out)
         self.lock = threading.Lock()
         #: trial id -> (inode, size, mtime) of the trial.json sealed by this run: a cheap look for the folder's watch
         self.stats: dict[str, tuple[int, int, int]] = {}
@@ -96,14 +119,22 @@ class TrialSeals:
             self.seals[trial_id] = digest
             self.stats[trial_id] = stat_key(path) or (0, 0, 0)
             write_json_atomic(self.path, {"kind": "perftune-seals", "trials": dict(sorted(self.seals.items()))})
+            mark_sealed(self.path.parent)
 
-    def reusable(self, trial_dir: Path, trial_id: str) -> tuple[Optional[TrialResult], Optional[str]]:
+    def reusable(self, trial_dir: Path, trial_id: str, witness: Optional[Witness] = None
+                 ) -> tuple[Optional[TrialResult], Optional[str]]:
         """(A finished trial.json of this very trial left by an earlier run, or None; the note where its file was
-        set aside).  Killed by a signal perftune did not send (``retry_on_resume``): None, measured again."""
+        set aside).  Killed by a signal perftune did not send (``retry_on_resume``): None, measured again.
+
+        A file with no seal is reused only where ``witness`` (another record of the sweep) finds nothing against it;
+        where the folder's seals were lost (``lost``), the witness must confirm it: never sealed again as found."""
         path = Path(trial_dir) / TRIAL_NAME
         try:
             result = read_trial_if_present(path)
             why = seal_mismatch(path, self.seals.get(trial_id)) if result is not None else None
+            if why is None and result is not None and trial_id not in self.seals and witness is not None:
+                why = witness(result)
+                why = f"{path}: {'its seal was lost and ' if self.lost else 'not sealed, and '}{why}" if why else None
         except NewerFileError:
             raise
         except UserError as exc:
@@ -118,14 +149,16 @@ class TrialSeals:
 
 def folder_doubts(out: Path) -> list[str]:
     """Every trial file of the sweep folder ``out`` that cannot be believed: unreadable, or changed since its seal
-    (what ``report`` and ``compare`` say, as ``export`` does)."""
+    (what ``report`` and ``compare`` say, as ``export`` does); first, seals lost from a folder that was sealed."""
     seals = read_seals(out)
+    lost = lost_seals(out)
+    doubts = [f"{lost}: this folder was sealed, so its trial files can no longer be checked against their seals "
+              f"(only against their own windows and {RESULTS_NAME})"] if lost else []
     trials = Path(out) / TRIALS_DIR
     try:
         folders = sorted(p for p in trials.iterdir() if p.is_dir()) if trials.is_dir() else []
     except OSError:
-        return []
-    doubts = []
+        return doubts
     for folder in folders:
         path = folder / TRIAL_NAME
         try:

@@ -49,7 +49,7 @@ class FolderWatch:
     def _marker(self) -> list[str]:
         if not self.marked or (self.out / MARKER_NAME).is_file():
             return []
-        mark_own(self.out)
+        mark_own(self.out, sealed=bool(self.seals.seals))
         return [f"the sweep marker {MARKER_NAME} vanished while the sweep ran (written again)"]
 
     def _trials(self) -> list[str]:

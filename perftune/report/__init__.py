@@ -24,6 +24,14 @@ REPORT_NAME = "report.html"
 def write_report(out_dir: Path) -> Path:
     """Write ``out_dir/report.html`` from ``out_dir/results.json`` (a sweep) or ``out_dir/trial.json`` (one
     measurement: a hand-added ``perftune.Callback``'s folder) and return its path."""
+    return write_report_said(out_dir)[0]
+
+
+def write_report_said(out_dir: Path) -> tuple[Path, list[str]]:
+    """``write_report``, and the folder's integrity record beside it (what ``perftune report`` says: the sweep's
+    logged warnings, and results.json figures its trial files contradict).  A folder that cannot be written (a
+    read-only file system, a full disk) is a ``UserError``: the report is the command's only output."""
+    from perftune.io.outdir import cannot_write
     from perftune.report.html import build_context, render
     from perftune.report.load import load_folder
 
@@ -32,7 +40,11 @@ def write_report(out_dir: Path) -> Path:
         what = "no such folder" if not out_dir.exists() else \
             "no results.json or trial.json in it (not a perftune sweep or trial folder)"
         raise UserError(f"{out_dir}: {what}")
-    html = render(build_context(load_folder(out_dir)))
+    folder = load_folder(out_dir)
+    html = render(build_context(folder))
     path = out_dir / REPORT_NAME
-    write_text_atomic(path, html)
-    return path
+    try:
+        write_text_atomic(path, html)
+    except OSError as exc:
+        raise cannot_write(path, exc) from None
+    return path, folder.integrity_record()

@@ -335,6 +335,7 @@ def build_context(folder: SweepFolder) -> dict:
         "samples": language.samples(res),
         "cannot_judge": gate_cannot_judge(res),
         "failed": _failed(folder),
+        "integrity": folder.integrity_record(),
         "reproduce": _reproduce(folder),
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "perftune_version": perftune_version,

@@ -2,7 +2,8 @@
 
 ``results.json`` drops per-step rows; the loss curve comes from ``Accuracy.loss_curve`` when present, else from
 the accuracy-phase steps of ``trials/<id>/trial.json``.  A missing or unreadable trial file is not an error: the
-report says the curve is missing instead.
+report says the curve is missing instead.  Its figures are checked against the trial files, which win where the two
+differ (``io/crosscheck.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from perftune.errors import UserError
+from perftune.io.crosscheck import check_against_trials
 from perftune.io.files import RESULTS_NAME, SPEC_NAME, TRIAL_NAME, TRIALS_DIR, read_spec, read_sweep, read_trial
 from perftune.io.plan import Plan
 from perftune.io.records import TrialResult, TrialSpec
@@ -35,6 +37,13 @@ class SweepFolder:
     seals: dict[str, str] = field(default_factory=dict)
     #: trial id -> why its trial.json is not believed (unreadable, or changed since its seal)
     doubts: dict[str, str] = field(default_factory=dict)
+    #: results.json's figures that disagreed with their trial files (the trial files' are used: ``io/crosscheck.py``)
+    mismatches: list[str] = field(default_factory=list)
+
+    def integrity_record(self) -> list[str]:
+        """What the sweep logged of its folder (files set aside, folders that vanished) and what reading it found
+        (``mismatches``): a report that rests on the folder says it."""
+        return [*self.result.integrity, *self.mismatches]
 
     def trial_dir(self, trial_id: str) -> str:
         return self.trial_dirs.get(trial_id, f"{TRIALS_DIR}/{trial_id}")
@@ -83,11 +92,12 @@ def load_folder(out_dir: Path) -> SweepFolder:
     out_dir = Path(out_dir)
     if not (out_dir / RESULTS_NAME).is_file() and (out_dir / TRIAL_NAME).is_file():
         return lone_trial(out_dir)
-    result = read_sweep(out_dir)
+    result, mismatches = check_against_trials(read_sweep(out_dir), out_dir)
     seen: dict[str, SweepTrial] = {}
     for t in result.trials:
         seen.setdefault(t.trial_id, t)
-    return SweepFolder(out_dir=out_dir, result=result, trials=list(seen.values()), seals=read_seals(out_dir))
+    return SweepFolder(out_dir=out_dir, result=result, trials=list(seen.values()), seals=read_seals(out_dir),
+                       mismatches=mismatches)
 
 
 def lone_trial(out_dir: Path) -> SweepFolder:

@@ -5,7 +5,7 @@ Columns carry their units.  The Markdown is meant to be pasted into a pull reque
 
 from __future__ import annotations
 
-import html
+import re
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -223,9 +223,12 @@ def to_markdown(df: pd.DataFrame, metric: str) -> str:
 
 
 def md_text(value) -> str:
-    """A value as Markdown text that renders as written: HTML escaped (an exception message may hold tags, and
-    ablation.md goes into pull requests), ``|`` escaped (table cells) and on one line."""
-    text = html.escape(str(value), quote=False).replace("|", "\\|")
+    """A value as Markdown text that renders as written, and reads as written in the file: only what a renderer
+    would take for HTML is escaped (``<`` opening a tag, ``&`` opening an entity: an exception message may hold
+    tags, and ablation.md goes into pull requests), so ``< 25%`` and ``>=`` stay as they are; ``|`` escaped (table
+    cells) and on one line."""
+    text = re.sub(r"&(?=#?\w+;)", "&amp;", str(value))
+    text = re.sub(r"<(?=[A-Za-z/!?])", "&lt;", text).replace("|", "\\|")
     return " ".join(text.splitlines())
 
 

@@ -17,21 +17,26 @@ from typing import BinaryIO, Optional
 LOG_CAP_BYTES = 4 * 1024 * 1024
 
 
-def cut_to_tail(fh: BinaryIO, keep: int) -> None:
-    """Rewrite the open file as its last ``keep`` bytes (from a line start) after one line saying what was cut."""
+def cut_to_tail(fh: BinaryIO, keep: int, dropped_before: int = 0, header: int = 0) -> tuple[int, int]:
+    """Rewrite the open file as its last ``keep`` bytes (from a line start) after one line saying what was cut.
+
+    ``dropped_before``: the output bytes earlier cuts dropped, and ``header``: the length of the line the last cut
+    wrote at the file's start (not output): the new line counts every byte dropped so far, not just this cut's (one
+    said 2,098,087 bytes where 6.3 MB had gone).  Returns (output bytes dropped in all, the new line's length)."""
     size = fh.seek(0, os.SEEK_END)
     fh.seek(max(0, size - keep))
     tail = fh.read()
     newline = tail.find(b"\n")
     if 0 <= newline < len(tail) - 1:
         tail = tail[newline + 1:]
-    dropped = size - len(tail)
+    dropped = dropped_before + size - len(tail) - header
+    line = f"[perftune: {dropped} bytes of earlier output dropped: burst.log keeps its last {keep // 1024} KiB]\n"
     fh.seek(0)
-    fh.write(f"[perftune: {dropped} bytes of earlier output dropped: burst.log keeps its last "
-             f"{keep // 1024} KiB]\n".encode())
+    fh.write(line.encode())
     fh.write(tail)
     fh.truncate()
     fh.flush()
+    return dropped, len(line.encode())
 
 
 class CappedLog:
@@ -45,6 +50,8 @@ class CappedLog:
         self.fd: Optional[int] = None
         self._read: Optional[int] = None
         self._thread: Optional[threading.Thread] = None
+        self.dropped = 0  # output bytes the cuts dropped so far
+        self._header = 0  # length of the line the last cut wrote at the file's start
 
     def __enter__(self) -> CappedLog:
         self._file = open(self.path, "r+b" if self.append and self.path.exists() else "w+b")
@@ -72,7 +79,7 @@ class CappedLog:
                 self._file.write(chunk)
                 self._file.flush()
                 if self._file.tell() > self.cap:
-                    cut_to_tail(self._file, self.cap // 2)
+                    self.dropped, self._header = cut_to_tail(self._file, self.cap // 2, self.dropped, self._header)
             except (OSError, ValueError):  # disk full, or closed after a pump that would not end
                 return
 

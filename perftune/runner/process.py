@@ -8,6 +8,7 @@ the burst uses too.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,11 +17,14 @@ from typing import Callable, Optional
 
 import psutil
 
+import perftune
 from perftune.parent_death import die_with_parent
 from perftune.runner.reaper import TrialProcesses, killed_by_signal
 
 KILL_GRACE_S = 3.0
 BURST_MODULE = "perftune.burst"  # started by name (python -m): the launchers never import the child's code
+#: a line that names an error: a Python exception (``ImportError: ...``), MindSpore's ``[ERROR]``, a fatal signal
+ERROR_LINE = re.compile(r"(\b\w*(Error|Exception|Exit|Interrupt)\b:?)|\[ERROR\]|\bFatal\b|\bAborted\b")
 
 
 def log_tail(path: Path, lines: int = 30, max_chars: int = 4000) -> str:
@@ -89,9 +93,29 @@ def burst_env(own: Optional[dict[str, Optional[str]]] = None) -> dict[str, str]:
     # msrun and dataset workers start `python` from PATH: make it this interpreter's environment
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     # the burst runs inside its trial folder (MindSpore drops rank_0/, kernel_meta/ ... into the cwd); keep the
-    # caller's folder importable for "package.module:function" workloads
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), env.get("PYTHONPATH", "")) if p)
+    # caller's folder importable for "package.module:function" workloads, after this perftune where it holds another
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (*import_roots(Path.cwd()), env.get("PYTHONPATH", "")) if p)
     return env
+
+
+def import_roots(cwd: Path) -> list[str]:
+    """The folders a burst imports from before its own path: ``cwd``, preceded by the folder holding this perftune
+    where ``cwd`` holds a ``perftune/`` that is not it (the parent of a clone: every burst imported that tree's
+    ``perftune`` and failed).  Only then, so an installed perftune's site-packages never goes before the stdlib."""
+    installed = Path(perftune.__file__).resolve().parent
+    other = cwd / "perftune"
+    try:
+        shadowed = other.exists() and other.resolve() != installed
+    except OSError:
+        shadowed = True
+    return [str(installed.parent), str(cwd)] if shadowed else [str(cwd)]
+
+
+def last_error_line(tail: str) -> str:
+    """The log's last line that names an error (a Python exception's ``SomeError: ...``), else its last line."""
+    lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ERROR_LINE.search(ln)]
+    return (errors or lines or [""])[-1][:300]
 
 
 def classify_exit(returncode: int, log_path: Path, oom_kills: Optional[int] = None) -> tuple[str, str]:
@@ -110,7 +134,9 @@ def classify_exit(returncode: int, log_path: Path, oom_kills: Optional[int] = No
     if signame:
         return "failed", (f"the burst was killed by {signame}, a signal perftune did not send (no out-of-memory "
                           f"record in the cgroup); it is measured again on a resume")
-    return "failed", f"the burst exited with code {returncode} without writing trial.json"
+    last = last_error_line(log_tail(log_path, lines=50))
+    return "failed", (f"the burst exited with code {returncode} without writing trial.json"
+                      + (f"; its log's last error: {last}" if last else " (its log is empty)"))
 
 
 def killed_from_outside(returncode: Optional[int], status: str) -> bool:
