@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import TINY_MLP, run_sweep_cli, write_plan
+from conftest import TINY_BURST, TINY_MLP, run_sweep_cli, write_plan
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -270,7 +270,11 @@ def test_a_read_only_out_is_one_line_exit_2_and_results_stay_as_they_were(finish
 
 def test_a_full_disk_is_one_line_exit_2(tmp_path):
     with tmpfs(tmp_path / "full", "64k") as mount:
+        started = time.monotonic()
         result = run_sweep_cli(one_trial_plan(tmp_path), mount / "out", "--no-report")
+        # within seconds, not at the burst's timeout_s (120 s): burst.log's pump keeps draining the pipe once the file
+        # cannot be written (it stopped reading, and the profiler's analysis processes blocked on their stderr)
+        assert time.monotonic() - started < TINY_BURST["timeout_s"] / 2
         assert result.exit_code == 2, result.output
         assert "cannot be written (No space left on device)" in result.stderr and result.stderr.count("\n") == 1
         assert not (mount / "out" / ".perftune.lock").exists()

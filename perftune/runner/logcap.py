@@ -68,6 +68,7 @@ class CappedLog:
             self.fd = None
 
     def _pump(self) -> None:
+        writing = True
         while True:
             try:
                 chunk = os.read(self._read, 65536)
@@ -75,13 +76,17 @@ class CappedLog:
                 return
             if not chunk:
                 return
+            if not writing:  # keep draining: a writer blocked on a full pipe would hang the burst to its time-out
+                self.dropped += len(chunk)
+                continue
             try:
                 self._file.write(chunk)
                 self._file.flush()
                 if self._file.tell() > self.cap:
                     self.dropped, self._header = cut_to_tail(self._file, self.cap // 2, self.dropped, self._header)
             except (OSError, ValueError):  # disk full, or closed after a pump that would not end
-                return
+                writing = False
+                self.dropped += len(chunk)
 
     def __exit__(self, *exc) -> None:
         self.launched()
