@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 from typing import NoReturn
 
-from perftune.burst.failures import classify_failure, first_logged_error
+from perftune.burst.failures import classify_failure, first_logged_error, one_line
 from perftune.burst.own_workload import Burst
 from perftune.io.files import LOG_NAME, TRIAL_NAME, rank_dir_name, rank_log_name, read_spec
 from perftune.io.records import TrialSpec
@@ -82,12 +82,19 @@ def main(argv: list[str]) -> int:
             burst.memory()
         except Exception:  # noqa: BLE001
             pass
-    write_json_atomic(out_dir / TRIAL_NAME, result.model_dump(mode="json"))
+    try:
+        write_json_atomic(out_dir / TRIAL_NAME, result.model_dump(mode="json"))
+    except BaseException as exc:  # noqa: BLE001 - e.g. a full disk: say why, and still leave by os._exit
+        print(f"perftune burst: could not write {TRIAL_NAME} ({result.status}: {result.reason}): "
+              f"{one_line(exc)}", file=sys.stderr)
+        return leave(WRITE_FAILED, distributed=bool(role))
     print(json.dumps({"status": result.status, "trial_id": spec.trial_id}))
     sys.stdout.flush()
     return leave(0 if result.status == "ok" else 3, distributed=bool(role))  # never returns
 
 
+#: the exit code of a burst that could not write its trial.json (its log's last line says why)
+WRITE_FAILED = 6
 #: how long the ``atexit`` hooks may take once the result is on disk: MindSpore's own hook closes its dataset workers
 #: (2 s each at most) with python_multiprocessing=true (measured: experiments/benchmarks/README.md, "The burst's
 #: constants")

@@ -27,7 +27,7 @@ from perftune.burst.context import (
     single_process_notes,
 )
 from perftune.burst.failures import KnobRefused
-from perftune.burst.graph_check import check_first_loss, use_compile_cache
+from perftune.burst.graph_check import check_loaded_graph, seal_folder, use_compile_cache
 from perftune.burst.meter import Meter
 from perftune.burst.results import read_memory
 from perftune.io.derived import failed_result
@@ -159,8 +159,8 @@ class Burst:
             loss, grad_norm = step(*batch)
             self.steps_done += 1
             meter.end(loss, int(batch[0].shape[0]) * self.world, grad_norm=grad_norm)  # global samples
-            if self.steps_done == 1:
-                check_first_loss(self.spec, self.result)  # a graph from the compile cache must be this one
+            if self.steps_done <= 2:  # a graph from the compile cache must be this one
+                check_loaded_graph(self.spec, self.result, self.steps_done)
 
     def pair_pipeline(self, cache: Path):
         """The candidate's pipeline of a paired process over the same data: its knobs, and its workload's
@@ -219,6 +219,7 @@ class Burst:
         self.meter.accuracy_end = self.accuracy_end
         self.meter.learning_rate = self.learning_rate
         self.train()
+        seal_folder(self.spec, self.result)  # a first process: the digests of the graphs it compiled
         self.result.status = "ok"
         if self.world > 1:
             exchange_ranks(self.result, self.rank, self.world, self.dir)

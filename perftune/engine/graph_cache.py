@@ -10,26 +10,27 @@ process compiles AMP's forward probes (the same for a configuration), then the o
 and a first process then its validation graphs; a repeat or a paired process compiles the same sequence up to the
 step.  A script compiles in its own order, so scripts do not use the cache.
 
-A process that may have loaded its step from the cache carries its configuration's first loss (``first_loss``):
-the burst checks its own first step against it (``perftune.burst.graph_check``), and the runner removes a folder
-that served another graph and measures the process again without it.
+The folder is named by the hash of what the configuration's graphs depend on (``perftune.io.graph_key``), and its
+first process records that key and its files' digests inside it: a later process loads it only where the record
+names its own key, so a folder renamed or swapped with another configuration's is refused (two configurations that
+differ only after the forward pass, e.g. ``loss_scale`` in fp32, have bit-identical losses at every step, so no loss
+tells their graphs apart).  A process that may have loaded its step carries its configuration's first and second
+losses (``first_loss``, ``second_loss``: the second carries the first update's effect): the burst checks its own
+steps against them (``perftune.burst.graph_check``), and the runner removes a folder that served another graph and
+measures the process again without it.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import shutil
 from pathlib import Path
 from typing import Callable, Optional
 
+from perftune.io.graph_key import graph_key
 from perftune.io.records import Note, TrialResult, TrialSpec
 from perftune.knobs import model_change
 
-#: what a configuration's graphs do not depend on: which process it is, how long it is timed, where files go
-NOT_IN_KEY = {"trial_id", "label", "replicate", "accuracy_samples", "burst", "pair", "cache_dir", "compile_cache",
-              "first_loss", "distributed"}
 FOLDER = "compile"
 
 
@@ -52,8 +53,8 @@ def why_not(spec: TrialSpec) -> Optional[str]:
 
 
 def cache_key(spec: TrialSpec) -> str:
-    fields = spec.model_dump(mode="json", exclude=NOT_IN_KEY)
-    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    """The folder's name: the same for every process of a configuration, another for any graph-relevant change."""
+    return graph_key(spec)
 
 
 def with_cache(spec: TrialSpec, first: Optional[TrialResult] = None) -> TrialSpec:
@@ -67,7 +68,9 @@ def with_cache(spec: TrialSpec, first: Optional[TrialResult] = None) -> TrialSpe
     if first is not None and loss is None:
         return spec
     folder = Path(spec.cache_dir) / FOLDER / cache_key(spec)
-    return spec.model_copy(update={"compile_cache": str(folder), "first_loss": loss})
+    second = first.second_loss if first is not None and first.second_loss is not None \
+        and math.isfinite(first.second_loss) else None
+    return spec.model_copy(update={"compile_cache": str(folder), "first_loss": loss, "second_loss": second})
 
 
 def for_process(spec: TrialSpec, first: Optional[TrialResult]) -> TrialSpec:
@@ -87,9 +90,9 @@ def run_checked(run: Callable[[TrialSpec], TrialResult], spec: TrialSpec) -> Tri
     if result.compile_cache != "mismatch" and not failed_loaded:
         return result
     drop(spec)
-    why = "served another graph (first loss not reproduced)" if not failed_loaded else \
+    why = "served another graph (its first losses not reproduced)" if not failed_loaded else \
         f"was loaded by a process that then failed ({result.status}: {result.reason})"
-    result = run(spec.model_copy(update={"compile_cache": None, "first_loss": None}))
+    result = run(spec.model_copy(update={"compile_cache": None, "first_loss": None, "second_loss": None}))
     result.notes.append(Note(kind="warning", text=f"the compile cache {spec.compile_cache} {why}: removed, and this "
                                                   "process measured again compiling its own"))
     return result
@@ -103,6 +106,12 @@ def first_loss_of(result: Optional[TrialResult]) -> Optional[float]:
 
 
 def drop(spec: TrialSpec) -> None:
-    """Remove a folder that served another graph (its next process compiles afresh and fills it again)."""
-    if spec.compile_cache:
-        shutil.rmtree(spec.compile_cache, ignore_errors=True)
+    """Remove a folder that served another graph (its next process compiles afresh and fills it again); a link is
+    unlinked, never followed."""
+    if not spec.compile_cache:
+        return
+    folder = Path(spec.compile_cache)
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        folder.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -76,8 +76,7 @@ class WindowStats(Record):
     total_ms: float
     median_step_ms: float
     samples_per_s: float
-    #: the contention guard (perftune/burst/contention.py): others' share of all cores during the window, steal time,
-    #: the 1-minute load average at its end, and whether others used more than CONTENDED_SHARE of the machine
+    #: the contention guard (burst/contention.py): others' share of the cores, steal, load average, > CONTENDED_SHARE?
     others_cpu_share: Optional[float] = None
     steal_share: Optional[float] = None
     load_avg_1m: Optional[float] = None
@@ -182,8 +181,7 @@ class ProfileSummary(Record):
     top_op_types: list[TopOpType] = Field(default_factory=list)
     peak_allocated_bytes: Optional[int] = None  # the allocator's peak (CPU: from profile_memory)
     error: Optional[str] = None  # profiling failed but the burst's speed figures still stand
-    #: distributed bursts: mean over the ranks of communication_ms / step_ms, and whether it is above
-    #: COMMUNICATION_FLAG_SHARE (per-rank shares: TrialResult.ranks[i].communication_share)
+    #: distributed: the ranks' mean communication_ms / step_ms, above COMMUNICATION_FLAG_SHARE? (per rank: ranks[i])
     communication_share: Optional[float] = None
     communication_flag: bool = False
 
@@ -313,6 +311,7 @@ class TrialResult(Record):
     tokens_per_sample: Optional[int] = None
     compile_ms: Optional[float] = None  # first step: graph compile + one step, to its completion (read-back)
     first_loss: Optional[float] = None  # the first step's loss (what a process with a cached graph is checked by)
+    second_loss: Optional[float] = None  # the second step's: the first update's effect, checked likewise
     compile_cache: Optional[Literal["filled", "loaded", "mismatch"]] = None  # what the cache did (burst/graph_check)
     compiles: dict[str, int] = Field(default_factory=dict)  # graphs made ready, by phase (burst.graph_count)
     warmup_steps: int = 0
@@ -398,3 +397,4 @@ class TrialSpec(Record):
     pair: Optional[PairArm] = None
     compile_cache: Optional[str] = None  # this configuration's compile cache folder (``engine.graph_cache``)
     first_loss: Optional[float] = None  # its first process's first loss, which a cached graph must reproduce
+    second_loss: Optional[float] = None  # and its second step's loss (after the first update), likewise
