@@ -20,6 +20,25 @@ sys.path.insert(0, str(REPO))
 # Python handler here is reset to the default in every child at exec, so the sweeps they start get KeyboardInterrupt.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
+#: modules whose tests start real processes (bursts, sweeps, msrun, a Ray cluster): ``slow``, left out of the fast
+#: subset ``pytest -m "not slow"`` (README: the edit-test loop); the full suite runs them all
+SLOW_MODULES = {
+    "test_burst", "test_burst_exit", "test_containment", "test_distributed", "test_executor_option", "test_faults",
+    "test_graph_cache", "test_integrity", "test_integrity_resume", "test_mindcv_phases", "test_phase_routes",
+    "test_ray", "test_script_loop", "test_script_workload", "test_step_equivalence", "test_sweep",
+    "test_sweep_signals", "test_user_files",
+}
+#: fixtures that run a real sweep: every test that reads one is ``slow`` too
+SWEEP_FIXTURES = {"quick_sweep", "lm_sweep", "eager_sweep", "compare_runs", "own_sweep", "rendered", "sealed"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        module = item.module.__name__.rpartition(".")[2] if item.module else ""
+        if module in SLOW_MODULES or SWEEP_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 #: a small, fast MLP: bursts of a few seconds
 TINY_MLP = {"in_dim": 64, "hidden": 128, "layers": 2, "classes": 8, "train_samples": 1024, "val_samples": 128}
 TINY_BURST = {"warmup_steps": 1, "steps": 8, "repeats": 2, "profile_steps": 2, "timeout_s": 120}
@@ -34,7 +53,7 @@ def write_plan(folder: Path, **fields) -> Path:
         "baseline": {"batch_size": 32, "mode": "graph", "prefetch_size": 2},
         "decision": {"baseline_runs": 2, "max_runs": 2},
         # the window fixed (batch x steps) and one seed: no sizing probes and no seed runs, which these tests do not
-        # look at; the gate's own tests pass ``accuracy=`` and get both (eager_sweep, test_accuracy_gate)
+        # look at; the gate's own tests pass ``accuracy=`` (eager_sweep: three seeds; test_accuracy_gate: sizing)
         "accuracy": {"samples": 256, "seeds": 1},
     }
     plan.update(fields)

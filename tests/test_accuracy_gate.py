@@ -223,6 +223,7 @@ def test_the_accuracy_figure_draws_the_seed_band_and_the_seed_limit():
 
 # -- the script route, on real bursts ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_scripts_own_seed_option_follows_the_seed_runs_and_its_metrics_are_judged(tmp_path):
     """A custom loop whose data comes from its own ``--seed``: the seed runs pass it (``workload.seed_arg``), the
     seeds train differently, and the loop's ``perftune.metric`` figures are judged against their band."""

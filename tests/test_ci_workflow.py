@@ -74,6 +74,7 @@ def launcher(venv: Path, checkout: Path) -> None:
     script.chmod(0o755)
 
 
+@pytest.mark.slow
 def test_workflow_steps_run_locally(tmp_path):
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("needs git and a git checkout of perftune")

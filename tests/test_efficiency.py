@@ -111,6 +111,7 @@ def test_cache_keeps_other_machines_and_refuses_a_corrupt_file_in_one_line(cache
         read_peak("a", "CPU", "2.10.0")
 
 
+@pytest.mark.slow
 def test_perftune_peak_measures_once_and_then_reads_the_cache(tmp_path):
     env = {**os.environ, CACHE_ENV: str(tmp_path / "cache"), "PYTHONPATH": str(REPO), "GLOG_v": "3"}
     (tmp_path / "cache").mkdir()

@@ -180,6 +180,7 @@ def test_a_repeated_set_of_one_knob_is_refused(tmp_path):
                     "--set batch_size: given twice")
 
 
+@pytest.mark.slow
 def test_the_first_eager_op_prints_no_numpy_traceback():
     done = subprocess.run([sys.executable, "-c", "from perftune.compat import first_eager_op; first_eager_op(); "
                            "import sys; sys.stderr.write('still here')"], capture_output=True, text=True,

@@ -218,6 +218,7 @@ def test_sample_texts_are_escaped(lm_sweep, tmp_path):
 
 
 # ---- the documented wrapper shape, one real burst -------------------------------------------------------------------
+@pytest.mark.slow
 def test_the_documented_third_party_wrapper_runs_a_burst(tmp_path, monkeypatch):
     """``experiments/third_party_lm.py`` loaded as ``package.module:function``, with recompute on the wrapper's layer
     names: one tiny burst, and its language-model figures in ``perftune run``'s summary."""

@@ -208,6 +208,7 @@ def test_own_knobs_get_verdicts_tables_and_the_report(own_sweep):
     assert re.search(r'href="trials/[0-9a-f]{12}/config/job\.json"', html)
 
 
+@pytest.mark.slow
 def test_a_config_the_script_never_opens_is_no_effect_and_run_set_reaches_the_script(own_sweep, tmp_path):
     job, _, _ = own_sweep
     out = tmp_path / "run"
@@ -234,6 +235,7 @@ def test_compare_two_sweeps_of_own_knobs(own_sweep, tmp_path):
     assert "+width=32" in compared.output
 
 
+@pytest.mark.slow
 def test_a_builtin_workload_sweeps_its_params_and_environment(tmp_path):
     record = tmp_path / "seen.txt"
     plan = {"name": "params", "workload": "tests.workloads_for_tests:env_recording_mlp",

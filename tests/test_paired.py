@@ -272,6 +272,7 @@ def test_an_arm_whose_queue_never_ran_dry_drains_one_queue_at_later_switches(tmp
     assert {w.arm: w.steps for w in meter.result.windows} == {0: 8, 1: 3}
 
 
+@pytest.mark.slow
 def test_a_real_paired_burst(tmp_path):
     """Two pipelines of the tiny mlp (different preprocessing) feed one model in one process: the windows follow
     the schedule, both arms measured, no accuracy window and no profile; trial.json and the spec are on disk."""
@@ -293,6 +294,7 @@ def test_a_real_paired_burst(tmp_path):
     assert run is not None and len(run.differences) == 2
 
 
+@pytest.mark.slow
 def test_a_real_paired_burst_of_two_models(tmp_path):
     """A model-side change (batch 64 and the function step against batch 32 and the cell step, graph mode): each
     arm trains its own model on its own pipeline in one process.  Each arm's windows take its own batch, both

@@ -406,6 +406,7 @@ SESSION_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.smoke
 def test_profiler_session_end_to_end(tmp_path):
     pytest.importorskip("mindspore")

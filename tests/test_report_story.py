@@ -129,6 +129,7 @@ def test_top_operators_by_type_per_trial(rendered):
         assert not any(re.search(r"-op\d+$|/", t) for t in types)  # no instance names (Default/Conv2D-op9)
 
 
+@pytest.mark.slow
 def test_notes_never_recommend_a_refused_change(sample):
     """The sample kept mode=graph; a copy where the sweep refused it (accuracy rejected, as the mindcv sweep did)."""
     def refuse_graph(data):

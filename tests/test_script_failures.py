@@ -5,6 +5,7 @@ line from the traceback."""
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from perftune.burst.failures import classify_failure, script_location
@@ -36,6 +37,7 @@ Model(net, loss, nn.SGD(net.trainable_params(), 0.1)).train(20, data)
 MAP_LINE = SCRIPT.splitlines().index(next(ln for ln in SCRIPT.splitlines() if ln.startswith("data = data.map("))) + 1
 
 
+@pytest.mark.slow
 def test_a_scripts_own_workers_above_the_cores_fail_at_its_line(tmp_path):
     (tmp_path / "train.py").write_text(SCRIPT)
     plan = {"name": "workers", "workload": {"script": "train.py", "knob_args": {"batch_size": "--batch-size"}},

@@ -208,6 +208,7 @@ def test_the_plan_refuses_a_negative_multiple_and_a_zero_budget():
 
 # -- one small real check (about 20-40 s on 2 cores) ----------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_real_stack_check_on_a_float16_floor(tmp_path):
     """The offset regression (experiments/offset_regression.py), graph mode: AMP O3 against 3 seeds of the
     baseline at 2048 samples; only the structure is asserted (statuses, lengths, ids), not which way it went."""

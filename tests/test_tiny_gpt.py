@@ -106,6 +106,7 @@ def test_network_is_causal_and_returns_float32_logits():
     assert not np.allclose(a[:, 10:], b[:, 10:])
 
 
+@pytest.mark.slow
 def test_adam_steps_in_graph_mode_lower_the_training_loss():
     ms.set_context(mode=ms.GRAPH_MODE)
     w = _small(0)
