@@ -282,9 +282,13 @@ def _reproduce(folder: SweepFolder) -> dict:
 
 
 def config_copies(folder: SweepFolder) -> list[dict]:
-    """Each trial's copy of a config file its own knobs set (``workload.knob_config``): what the script was given."""
-    out = []
+    """Each configuration's copy of a config file its own knobs set (``workload.knob_config``): what the script was
+    given (its first process's copy; the later ones hold the same fields)."""
+    out, seen = [], set()
     for t in folder.trials:
+        if t.label in seen:
+            continue
+        seen.add(t.label)
         for file, copy in ((t.result.applied or {}).get("config") or {}).items():
             fields = ", ".join(f"{k}={v}" for k, v in copy.get("fields", {}).items())
             out.append({"label": t.label, "file": file, "fields": fields,
