@@ -83,6 +83,7 @@ def test_validate_refuses_a_bad_own_knob_in_one_line_naming_the_field(job_dir, c
     problems = problems_of(job_plan(job_dir, **change), job_dir)
     line = next((p for p in problems if p.startswith(field + ":")), None)
     assert line is not None, problems
+    assert len(problems) == 1, problems  # one line for one mistake
     assert words in line, line
     assert "\n" not in line
 

@@ -65,8 +65,9 @@ def type_name(values: list[Any]) -> str:
 class OwnKnobCheck:
     """Checks one plan's routes and fills the baselines perftune can read; ``problems`` holds the lines."""
 
-    def __init__(self, plan: Plan):
+    def __init__(self, plan: Plan, skip: frozenset[str] = frozenset()):
         self.plan = plan
+        self.skip = skip  # knobs whose mistake was already said
         self.script = plan.workload if isinstance(plan.workload, ScriptWorkload) else None
         self.baseline = dict(plan.baseline)
         self.problems: list[str] = []
@@ -75,8 +76,11 @@ class OwnKnobCheck:
 
     def run(self) -> Plan:
         for route in routes(self.plan).values():
+            if route.name in self.skip:
+                continue
+            before = len(self.problems)
             getattr(self, f"check_{route.route}")(route)
-            if route.name not in knobs.KNOBS:
+            if route.name not in knobs.KNOBS and len(self.problems) == before:  # one line per knob: its route's first
                 self.check_values(route)
         return self.plan.model_copy(update={"baseline": self.baseline})
 
@@ -176,9 +180,10 @@ class OwnKnobCheck:
         return None
 
 
-def check_own_knobs(plan: Plan) -> tuple[Plan, list[str]]:
-    """The plan with every own knob's baseline filled where perftune can read it, and one line per problem."""
-    check = OwnKnobCheck(plan)
+def check_own_knobs(plan: Plan, skip: set[str] | frozenset[str] = frozenset()) -> tuple[Plan, list[str]]:
+    """The plan with every own knob's baseline filled where perftune can read it, and one line per problem
+    (``skip``: knobs an earlier check already refused)."""
+    check = OwnKnobCheck(plan, frozenset(skip))
     plan = check.run()
     return plan, check.problems
 

@@ -6,6 +6,7 @@ anything runs: a sweep that dies an hour in on a typo is the worst outcome a tun
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -206,7 +207,9 @@ def parse_plan(data: Any, source: str = "plan", base_dir: Path | None = None) ->
     except ValidationError as err:
         problems = _format_pydantic(err, data) + problems
         raise PlanError(problems, source) from None
-    plan, own_problems = check_own_knobs(plan)
+    named = {name for name in own if any(re.match(rf"^(?:[\w.]+\.)?{re.escape(name)}(?:\[\d+\])?:", p)
+                                           for p in problems)}
+    plan, own_problems = check_own_knobs(plan, skip=named)  # one line per mistake: a knob named above is not again
     problems += own_problems
     if problems:
         raise PlanError(problems, source)
