@@ -58,6 +58,9 @@ def test_a_plan_of_own_knobs_loads_with_baselines_read_from_the_job(job_dir):
     # width and dropout from job.json / extra.yaml, depth from the option's literal default; the rest as given
     assert plan.baseline["width"] == 16 and plan.baseline["dropout"] == 0.0 and plan.baseline["depth"] == 1
     assert plan.baseline["tag"] == "a" and plan.baseline["bias"] is True
+    # a flag's baseline is its absence: --no-bias (store_false) absent is bias=true
+    unset = parse_plan(job_plan(job_dir, baseline={"mode": "graph", "tag": "a"}), "plan", job_dir)
+    assert unset.baseline["bias"] is True
     # --no-bias is a store_false flag: the boolean knob reaches it by presence
     assert plan.workload.knob_args["bias"].flag == "store_false"
 

@@ -98,8 +98,10 @@ class OwnKnobCheck:
 
     def check_option(self, route: OwnRoute) -> None:
         option = self.options.get(route.target)
-        if option is not None and not option.flag:
-            self.default(route, option.default)
+        if option is not None:  # a flag's baseline is its absence: store_true's false, store_false's true
+            flags = {"store_true": False, "store_false": True}
+            self.default(route, flags[option.action] if option.action in flags else None if option.flag
+                         else option.default)
 
     def check_env(self, route: OwnRoute) -> None:
         if not ENV_NAME.match(route.target):
