@@ -23,6 +23,7 @@ from perftune.engine.accuracy.gate import check, unjudged
 from perftune.engine.sweep import Sweep
 from perftune.io.plan import AccuracyGate, Plan
 from perftune.io.records import Accuracy, BurstSettings, Splits, TrialResult, TrialSpec, WindowStats
+from perftune.io.seals import TrialSeals
 from perftune.io.store import write_json_atomic
 from perftune.report import write_report
 from perftune.report.frames import load_results
@@ -213,6 +214,14 @@ def test_sample_texts_are_escaped(lm_sweep, tmp_path):
     results = json.loads((folder / "results.json").read_text())
     results["trials"][0]["result"]["accuracy"]["sample_text"] = HOSTILE
     (folder / "results.json").write_text(json.dumps(results))
+    # the trial's own file says the same and is sealed again: the report believes the sealed trial file over
+    # results.json (io/crosscheck.py), so the text must come from there
+    trial_id = results["trials"][0]["trial_id"]
+    trial_path = folder / "trials" / trial_id / "trial.json"
+    trial = json.loads(trial_path.read_text())
+    trial["accuracy"]["sample_text"] = HOSTILE
+    trial_path.write_text(json.dumps(trial))
+    TrialSeals(folder).seal(trial_path.parent, trial_id)
     html = write_report(folder).read_text(encoding="utf-8")
     assert "<script" not in html.lower() and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
 
