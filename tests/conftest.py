@@ -6,7 +6,9 @@ Bursts are real MindSpore processes (a few seconds each), so the fixtures keep w
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -61,6 +63,19 @@ def write_plan(folder: Path, **fields) -> Path:
     path = folder / f"{plan['name']}.yaml"
     path.write_text(yaml.safe_dump(plan, sort_keys=False))
     return path
+
+
+@contextmanager
+def tmpfs(path: Path, size: str):
+    """A small tmpfs mounted at ``path`` (made here): a disk that fills up or turns read-only, for real."""
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if mounted.returncode:
+        pytest.skip("needs to mount a small tmpfs (root with CAP_SYS_ADMIN)")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
 def run_sweep_cli(plan_path: Path, out: Path, *extra: str):

@@ -10,12 +10,11 @@ import signal
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
 import pytest
-from conftest import TINY_BURST, TINY_MLP, run_sweep_cli, write_plan
+from conftest import TINY_BURST, TINY_MLP, run_sweep_cli, tmpfs, write_plan
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -241,18 +240,6 @@ def test_a_second_ctrl_c_shortens_the_grace_period_but_still_kills_everything(tm
 
 
 # -- every failure one line, the right exit code ------------------------------------------------------------------
-
-@contextmanager
-def tmpfs(path: Path, size: str):
-    path.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
-    if mounted.returncode:
-        pytest.skip("needs to mount a small tmpfs (root with CAP_SYS_ADMIN)")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True)
-
 
 def test_a_read_only_out_is_one_line_exit_2_and_results_stay_as_they_were(finished, tmp_path):
     with tmpfs(tmp_path / "ro", "64m") as mount:

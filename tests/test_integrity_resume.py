@@ -10,11 +10,10 @@ import os
 import shutil
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TINY_MLP, run_sweep_cli, write_plan
+from conftest import REPO, TINY_MLP, run_sweep_cli, tmpfs, write_plan
 
 from perftune.runner.logcap import CappedLog
 
@@ -116,18 +115,6 @@ def test_a_refused_resume_leaves_the_folder_byte_identical(copy, bad):
     assert resumed.exit_code == 2 and resumed.stderr.count("\n") == 1, resumed.output
     assert ".perftune-seals.json" in resumed.stderr and "Traceback" not in resumed.output
     assert folder_state(out) == before
-
-
-@contextmanager
-def tmpfs(path: Path, size: str):
-    path.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
-    if mounted.returncode:
-        pytest.skip("needs to mount a small tmpfs (root with CAP_SYS_ADMIN)")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
 def test_report_on_a_read_only_folder_is_one_line_exit_2(golden, tmp_path):
