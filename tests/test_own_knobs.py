@@ -273,5 +273,5 @@ def test_a_builtin_change_that_runs_another_model_is_named():
     assert model_mismatch({"recompute": True}, small, small) == ""
     assert model_mismatch({"hidden": 128}, big, small) == ""  # an own knob may change the model: that is its point
     trial = SweepTrial.model_construct(trial_id="0" * 12, label="+recompute=true", kind="single", verdict="failed",
-                                       reason="", why=Why(failure="x", model_differs=text))
+                                       reason="", why=Why(failure="x", other_model=text))
     assert reason_text(trial).endswith("; warning: " + text)

@@ -151,7 +151,7 @@ class Sweep:
         if gate is not None and gate.ok and trial.verdict not in FAILED_VERDICTS:
             why.unjudged, why.gate_notes = list(gate.unjudged), gate.pass_notes()  # a pass not judged or separated
         base = self.baseline_runs[0].result if self.baseline_runs else None
-        why.model_differs = noop.model_mismatch(trial.changes, trial.result, base)
+        why.other_model = noop.model_mismatch(trial.changes, trial.result, base)
         self.explain(trial, why)
 
     def explain(self, trial: SweepTrial, why: Why) -> None:

@@ -93,7 +93,7 @@ class Why(Record):
     failure: str = ""  # the process failed: why
     stopped_sweep: bool = False  # ... and it was the baseline, so nothing else ran
     removed: Optional[str] = None  # leave-one-out: the change taken out of the final stack (its label)
-    model_differs: str = ""  # built-in knobs changed, yet the parameter count did too (``engine.noop``)
+    other_model: str = ""  # built-in knobs changed, yet the parameter count did too (``engine.noop``)
     legacy: list[RatioPart] = Field(default_factory=list)  # a reason written before schema 4, ratios lifted out
 
 

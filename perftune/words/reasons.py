@@ -101,7 +101,7 @@ def reason_text(t: SweepTrial) -> str:
         return t.reason
     text = _core(t, w)
     text += "".join(f"; {n}" for n in w.gate_notes)
-    text += f"; warning: {w.model_differs}" if w.model_differs else ""
+    text += f"; warning: {w.other_model}" if w.other_model else ""
     if w.unjudged:
         text += (f"; not judged at this burst length: {', '.join(w.unjudged)} (the baseline cannot tell; raise "
                  "accuracy.samples)")
