@@ -34,14 +34,6 @@ class OwnRoute:
         return f"{what} {self.target}"
 
 
-def env_routes(plan: Plan) -> dict[str, str]:
-    """knob -> environment variable, from the plan's ``knob_env`` and a script workload's own."""
-    out = dict(plan.knob_env)
-    if isinstance(plan.workload, ScriptWorkload):
-        out.update(plan.workload.knob_env)
-    return out
-
-
 def routes(plan: Plan) -> dict[str, OwnRoute]:
     """Every knob the plan routes itself (own knobs, and built-in knobs routed to a config field)."""
     out: dict[str, OwnRoute] = {}
@@ -58,11 +50,6 @@ def routes(plan: Plan) -> dict[str, OwnRoute]:
     for name, param in plan.knob_params.items():
         out[name] = OwnRoute(name, "param", param, "knob_params")
     return out
-
-
-def own_knob_names(plan: Plan) -> list[str]:
-    """The plan's own knobs: routed by the plan and not in the registry."""
-    return [name for name in routes(plan) if name not in knobs.KNOBS]
 
 
 def split_target(target: str) -> tuple[str, str]:
@@ -93,8 +80,8 @@ def config_fields(script: ScriptWorkload, values: dict[str, Any]) -> dict[str, d
 
 def env_values(plan: Plan, values: dict[str, Any]) -> dict[str, Optional[str]]:
     """Variable -> the string a trial's process gets (None: the variable is removed)."""
-    return {var: None if values.get(name) is None else knobs.format_value(values[name])
-            for name, var in env_routes(plan).items()}
+    return {r.target: None if values.get(r.name) is None else knobs.format_value(values[r.name])
+            for r in routes(plan).values() if r.route == "env"}
 
 
 def param_values(plan: Plan, values: dict[str, Any]) -> dict[str, Any]:

@@ -39,8 +39,6 @@ class OpenWatch:
             path = os.fsdecode(args[0])
         except TypeError:
             return
-        if not self.wanted:
-            return
         full = os.path.abspath(path)
         if full in self.wanted:
             self.opened.add(full)

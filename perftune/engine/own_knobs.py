@@ -141,7 +141,7 @@ class OwnKnobCheck:
         current = get_field(data, dotted)
         if current is MISSING:
             return self.refuse(route, f"{file} has no field {dotted!r}")
-        self.default(route, current if isinstance(current, SCALARS) else None)
+        self.default(route, current)  # a list or mapping is no baseline (``default`` leaves it)
         for path, value in self.values_of(route.name):
             why = type_refusal(current, value)
             if why:
