@@ -29,12 +29,15 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 @contextlib.contextmanager
 def stop_signals_as_interrupt(received: list):
-    """SIGTERM and SIGHUP raise ``KeyboardInterrupt`` (the running burst is stopped, its processes killed, results
-    saved), the signal's number appended to ``received``; the previous handlers come back afterwards."""
+    """SIGTERM and SIGHUP raise ``KeyboardInterrupt`` once (the running burst is stopped, its processes killed,
+    results saved), every signal's number appended to ``received``; the previous handlers come back afterwards."""
 
     def on_signal(signum, frame):
         received.append(signum)
-        raise KeyboardInterrupt
+        # only the first one: a second SIGHUP/SIGTERM (a closing terminal sends several) landing inside the clean-up
+        # would cut that clean-up short and leave the burst's processes and the folder's lock behind
+        if len(received) == 1:
+            raise KeyboardInterrupt
 
     previous = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
     try:

@@ -1,5 +1,6 @@
-"""Workloads for tests/test_integrity.py: a training function that behaves as a hostile script beside its results
-(issue 40's battery).  Each trains the tiny MLP after doing its damage."""
+"""Workloads for tests/test_integrity.py and tests/test_containment.py: training functions that behave as hostile
+scripts beside their results or around their processes (the reliability battery's).  Each trains the tiny MLP
+after doing its damage."""
 
 from __future__ import annotations
 
@@ -57,4 +58,34 @@ def cgroup_leaver(params: dict, seed: int):
             "os._exit(0)\n")
     subprocess.run([sys.executable, "-c", code, str(root / "cgroup.procs"), marker], check=True,
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return mlp.build(params, seed)
+
+
+ROOT_SCRIPT = """import os, subprocess, sys, time
+try:
+    open(sys.argv[1], 'w').write(str(os.getpid()))  # this script leaves the trial's cgroup for the root's
+except OSError:
+    pass
+clean = {k: v for k, v in os.environ.items() if not k.startswith('PERFTUNE')}  # and its daemons drop the token
+for _ in range(int(sys.argv[3])):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execve(sys.executable, [sys.executable, '-c', 'import time; time.sleep(300)', sys.argv[2]], clean)
+        os._exit(0)
+    os.wait()
+"""
+
+
+def root_escaper(params: dict, seed: int):
+    """The battery's root script: it writes its own pid into the cgroup2 root's cgroup.procs (root only), then
+    starts ``daemons`` double-forked, setsid'd daemons with no trial token in their environment, sleeping with
+    ``marker`` on their command line; it exits, the burst trains."""
+    from perftune.runner.cgroup import cgroup2_mount
+    from perftune.workloads import mlp
+
+    params = dict(params)
+    marker, daemons = params.pop("marker"), int(params.pop("daemons"))
+    subprocess.run([sys.executable, "-c", ROOT_SCRIPT, str(cgroup2_mount() / "cgroup.procs"), marker, str(daemons)],
+                   check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return mlp.build(params, seed)

@@ -5,6 +5,7 @@ once the phase is reached, so each case takes seconds."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -114,6 +115,27 @@ def test_sighup_while_the_burst_parses_its_profile_stops_the_sweep_and_everythin
     assert "terminated (SIGHUP)" in err and "resume with: perftune sweep" in err and "Traceback" not in err, err
     assert none_left(marker), [p.cmdline() for p in processes_with(marker)]
     assert not started_by(sweep.pid)
+
+
+def escapee_forks_seen(marker: str) -> bool:
+    """The first process naming the marker: the workload's build() is starting its escapees, the forks in flight."""
+    return bool(processes_with(marker))
+
+
+def test_sighup_while_the_build_forks_its_escapees_leaves_nothing_within_5_s_and_no_lock(tmp_path):
+    """A closed terminal during a hostile workload's build(): SIGHUP at the first sight of its escapees (the setsid
+    grandchild and the double fork in flight; 10 runs under load: experiments/benchmarks/sighup_build.py)."""
+    marker = f"perftune-test-hup-{os.getpid()}-build"
+    out = tmp_path / "out"
+    sweep = sweep_driver(escaping_plan(tmp_path, marker, stall="train"), out)
+    wait_for(lambda: escapee_forks_seen(marker), "the build's first escapee", sweep)
+    sweep.send_signal(signal.SIGHUP)
+    sent = time.monotonic()
+    _, err = sweep.communicate(timeout=60)
+    assert sweep.returncode == 129 and "terminated (SIGHUP)" in err and "Traceback" not in err, err
+    assert none_left(marker, within=max(0.0, 5.0 - (time.monotonic() - sent))), \
+        [p.cmdline() for p in processes_with(marker)]
+    assert not started_by(sweep.pid) and not (out / ".perftune.lock").exists()
 
 
 def test_sighup_stops_perftune_run_and_everything_it_started(tmp_path):
@@ -287,3 +309,30 @@ def test_a_script_that_leaves_its_cgroup_leaves_nothing_running(tmp_path, kill):
     _, err = first.communicate(timeout=300)
     assert kill or first.returncode == 0, err
     assert none_left(marker, within=5.0), [p.cmdline() for p in processes_with(marker)]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can move a process out of its cgroup")
+def test_a_root_script_in_the_root_cgroup_whose_daemons_drop_the_token_leaves_nothing_and_is_named(tmp_path):
+    """The battery's: a script writes its own pid into the root cgroup.procs, then starts double-forked, setsid'd
+    daemons without the trial token (11 were left after a sweep).  They are re-parented to the sweep (its
+    subreaper), killed at the trial's end as every descendant it inherited, and named in the trial's containment
+    and the sweep's integrity notes.  (Once the driver is SIGKILLed they belong to init: the limit in
+    perftune/README.md, "Faults and hostile folders".)"""
+    if not containment_probe().startswith("cgroup"):
+        pytest.skip("cgroups are not writable here")
+    marker = f"perftune-test-root-escaper-{os.getpid()}"
+    plan = write_plan(tmp_path, name="escaper", workload="tests.integrity_workloads:root_escaper",
+                      workload_params={**TINY_MLP, "marker": marker, "daemons": 4}, decision={"baseline_runs": 1},
+                      burst={"warmup_steps": 1, "steps": 2, "repeats": 1, "profile_steps": 0, "timeout_s": 120})
+    out = tmp_path / "out"
+    sweep = sweep_driver(plan, out)
+    wait_for(lambda: len(processes_with(marker)) >= 4, "the daemons", sweep, timeout=180)
+    assert all(p.environ().get(TOKEN_ENV) is None for p in processes_with(marker))
+    _, err = sweep.communicate(timeout=300)
+    assert sweep.returncode == 0, err
+    assert none_left(marker, within=5.0), [p.cmdline() for p in processes_with(marker)]
+    saved = json.loads((out / "results.json").read_text())
+    containment = saved["trials"][0]["result"]["containment"]
+    assert "4 process(es) escaped the trial's containment" in containment, containment
+    assert "left the trial's cgroup and carried no trial token" in containment and marker in containment
+    assert any("escaped the trial's containment" in line for line in saved["integrity"]), saved["integrity"]

@@ -86,7 +86,9 @@ def test_a_trial_file_edited_after_the_sweep_is_kept_and_measured_again_on_resum
     assert len(results["integrity"]) == 1 and trial.parent.name in results["integrity"][0]
     value = next(iter(fields.values()))
     shown = [t["result"][next(iter(fields))] for t in results["trials"]]
-    assert value not in shown and str(value) not in (out / "ablation.md").read_text()
+    # as the tables write each figure (a bare "0.5" also appears as another column's figure)
+    written = {"samples_per_s": f"{value:,.0f}", "step_ms_median": f"(median {value:.2f})"}[next(iter(fields))]
+    assert value not in shown and written not in (out / "ablation.md").read_text()
     assert json.loads(trial.read_text())[next(iter(fields))] != value and not folder_doubts(out)
 
 
@@ -166,3 +168,55 @@ def test_a_scripts_folder_is_never_the_results_folder(tmp_path):
     done = cli("sweep", str(plan), "--no-progress", "--no-report")
     assert done.returncode == 2 and "holds files perftune did not write" in done.stderr, done.stderr
     assert not (tmp_path / "results.json").exists() and not (tmp_path / "trials").exists()
+
+
+def times_ten(trial: Path) -> float:
+    """A consistent edit: the trial's throughput and every window's x10 (its own windows give the edited figure)."""
+    data = json.loads(trial.read_text())
+    data["samples_per_s"] *= 10
+    for w in data["windows"]:
+        w["samples_per_s"], w["total_ms"], w["median_step_ms"] = \
+            w["samples_per_s"] * 10, w["total_ms"] / 10, w["median_step_ms"] / 10
+    trial.write_text(json.dumps(data))
+    return data["samples_per_s"]
+
+
+def test_the_trial_folders_own_seal_catches_a_consistent_edit_with_the_seals_file_and_results_json_gone(copy):
+    """The second witness: each accepted trial.json's digest also beside it (``trial.sha256``, as ``sha256sum``
+    writes it).  With the seals file and results.json deleted, a consistently edited trial.json is still named,
+    set aside and measured again; the untouched trial is reused as it was."""
+    plan, out = copy
+    edited_dir, *kept = sorted((out / "trials").iterdir())
+    kept_dir = kept[0]
+    for folder in (edited_dir, *kept):
+        checked = subprocess.run(["sha256sum", "-c", "trial.sha256"], cwd=folder, capture_output=True, text=True)
+        assert checked.returncode == 0 and "trial.json: OK" in checked.stdout, checked
+    (out / SEALS_NAME).unlink()
+    (out / "results.json").unlink()
+    kept_before = (kept_dir / "trial.json").read_bytes()
+    edited = times_ten(edited_dir / "trial.json")
+    named = f"{edited_dir / 'trial.json'}: changed after the sweep accepted it"
+    doubts = folder_doubts(out)
+    assert any(named in d and "in its folder's own trial.sha256" in d for d in doubts), doubts
+
+    resumed = run_sweep_cli(plan, out, "--no-report")
+    assert resumed.exit_code == 0, resumed.output
+    assert "this folder was sealed, and its seals are gone" in resumed.output, resumed.output
+    assert named in resumed.output and "in its folder's own trial.sha256" in resumed.output, resumed.output
+    assert (edited_dir / "trial.set-aside-1.json").is_file() and not (kept_dir / "trial.set-aside-1.json").exists()
+    assert (kept_dir / "trial.json").read_bytes() == kept_before  # vouched for by its own seal: reused
+    results = json.loads((out / "results.json").read_text())
+    assert edited not in [t["result"]["samples_per_s"] for t in results["trials"]]
+    assert not folder_doubts(out) and sorted(read_seals(out)) == sorted(p.name for p in (edited_dir, *kept))
+
+
+def test_an_own_seal_that_is_not_a_file_is_no_seal_and_never_opened(tmp_path):
+    import os
+
+    from perftune.io.seals import own_seal
+
+    os.mkfifo(tmp_path / "trial.sha256")  # opened for reading, a FIFO would wait for a writer
+    assert own_seal(tmp_path) is None
+    (tmp_path / "trial.sha256").unlink()
+    (tmp_path / "trial.sha256").write_text("not a digest  trial.json\n")
+    assert own_seal(tmp_path) is None

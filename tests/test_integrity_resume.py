@@ -171,8 +171,11 @@ def test_the_log_cap_counts_every_byte_it_dropped(tmp_path):
     assert dropped + len(tail) == printed and dropped > 8 * 1024 * 1024, (dropped, len(tail))
 
 
-@pytest.mark.parametrize("damage", ["missing", "truncated", "deep"])
-def test_an_edited_trial_is_never_believed_after_its_seals_were_lost(copy, damage):
+@pytest.mark.parametrize("damage, own", [("missing", "kept"), ("truncated", "kept"), ("deep", "kept"),
+                                         ("missing", "rewritten")])
+def test_an_edited_trial_is_never_believed_after_its_seals_were_lost(copy, damage, own):
+    """The trial folder's own seal (``trial.sha256``) names the edit; where it was rewritten to the edited file's
+    digest too, the earlier results.json does."""
     plan, out = copy
     seals = out / ".perftune-seals.json"
     if damage == "missing":
@@ -187,13 +190,18 @@ def test_an_edited_trial_is_never_believed_after_its_seals_were_lost(copy, damag
             w["samples_per_s"] * 10, w["total_ms"] / 10, w["median_step_ms"] / 10
     trial.write_text(json.dumps(data))
     edited = data["samples_per_s"]
+    if own == "rewritten":
+        (trial.parent / "trial.sha256").write_text(f"{hashlib.sha256(trial.read_bytes()).hexdigest()}  trial.json\n")
 
     report = cli("report", str(out))
     assert report.returncode == 0 and "this folder was sealed" in report.stderr, report.stderr
     resumed = run_sweep_cli(plan, out, "--no-report")
     assert resumed.exit_code == 0, resumed.output
     assert "this folder was sealed, and its seals are gone" in resumed.output, resumed.output
-    assert f"{trial}: its seal was lost and it disagrees with the earlier results.json" in resumed.output
+    named = (f"{trial}: its seal was lost and it disagrees with the earlier results.json" if own == "rewritten" else
+             f"{trial}: changed after the sweep accepted it")
+    assert named in resumed.output, resumed.output
+    assert own == "rewritten" or "in its folder's own trial.sha256" in resumed.output
     assert (trial.parent / "trial.set-aside-1.json").is_file()
     results = json.loads((out / "results.json").read_text())
     assert edited not in [t["result"]["samples_per_s"] for t in results["trials"]]

@@ -13,7 +13,7 @@ from perftune.engine import graph_cache
 from perftune.engine.progress import SweepProgress
 from perftune.errors import UserError
 from perftune.io.crosscheck import check_against_trials, differing_figures
-from perftune.io.files import RESULTS_NAME, TRIALS_DIR, read_sweep
+from perftune.io.files import ESCAPED, RESULTS_NAME, TRIALS_DIR, read_sweep
 from perftune.io.outdir import check_outputs
 from perftune.io.records import TrialResult, TrialSpec
 from perftune.io.seals import TrialSeals
@@ -56,6 +56,8 @@ class TrialStore:
         if result is None:  # a compile cache that served another graph is dropped and the process run again
             result = graph_cache.run_checked(lambda s: self.run_trial(s, trial_dir) if lane is None
                                              else self.run_trial(s, trial_dir, lane=lane), spec)
+            if ESCAPED in (result.containment or ""):  # a root script left the trial's cgroup: killed, and said
+                self.warn(f"{TRIALS_DIR}/{spec.trial_id} ({spec.label}): {result.containment}")
         self.seals.seal(trial_dir, spec.trial_id)
         return result, found
 
@@ -98,18 +100,19 @@ class TrialStore:
             self.witnesses.setdefault(t.trial_id, t.result)
         if self.seals.lost:
             self.warn(f"{self.seals.lost}: this folder was sealed, and its seals are gone: each trial file is reused "
-                      f"only where it agrees with its own windows and the earlier {RESULTS_NAME}, else it is set "
-                      "aside and measured again")
+                      f"only where it agrees with its own windows, its folder's own seal and the earlier "
+                      f"{RESULTS_NAME}, else it is set aside and measured again")
         elif earlier is not None:
             for line in check_against_trials(earlier, self.out, sealed_only=True)[1]:
                 self.warn(line)
 
-    def witness(self, result: TrialResult) -> Optional[str]:
-        """Why the earlier results.json contradicts an unsealed trial file (or, where the folder's seals were lost,
-        cannot confirm it), or None."""
+    def witness(self, result: TrialResult, vouched: bool = False) -> Optional[str]:
+        """Why the earlier results.json contradicts an unsealed trial file (or, where the folder's seals were lost
+        and the trial folder's own seal does not vouch for it, cannot confirm it), or None."""
         known = self.witnesses.get(result.trial_id)
         if known is None:
-            return f"the earlier {RESULTS_NAME} has no record of it to confirm it" if self.seals.lost else None
+            return (f"the earlier {RESULTS_NAME} has no record of it to confirm it"
+                    if self.seals.lost and not vouched else None)
         names = differing_figures(known, result)
         return f"it disagrees with the earlier {RESULTS_NAME} on {', '.join(names)}" if names else None
 

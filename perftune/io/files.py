@@ -32,10 +32,15 @@ MSRUN_LOG_DIR = "msrun_logs"  # msrun's --log_dir inside the trial folder: worke
 SWEEP_KIND = "perftune-sweep"
 #: each accepted trial.json's SHA-256, at the top of the sweep folder (``perftune/io/seals.py``)
 SEALS_NAME = ".perftune-seals.json"
+#: the seal written into the trial folder itself, beside trial.json (``sha256sum -c`` reads it): a second witness
+TRIAL_SEAL_NAME = "trial.sha256"
+#: the words of a trial's ``containment`` where a process of the trial was found outside it (the runner says it,
+#: the sweep warns)
+ESCAPED = "escaped the trial's containment"
 #: the environment variable that tells a rank (and a sweep on another machine) its node number
 NODE_RANK_ENV = "PERFTUNE_NODE_RANK"
 #: what a trial folder holds that the runner wrote (a redone trial clears them; ``--fresh`` deletes only these)
-TRIAL_OUTPUTS = ("profile", "kernel_meta", "rank_*", MSRUN_LOG_DIR, LOG_NAME, TRIAL_NAME, ".*.tmp")
+TRIAL_OUTPUTS = ("profile", "kernel_meta", "rank_*", MSRUN_LOG_DIR, LOG_NAME, TRIAL_NAME, TRIAL_SEAL_NAME, ".*.tmp")
 #: limits on every JSON file perftune reads: its own are a few MB and a few levels deep
 MAX_JSON_BYTES = 256 * 1024 * 1024
 MAX_JSON_DEPTH = 64

@@ -9,29 +9,44 @@ A file that changed, or cannot be read (bad JSON, NaN, truncated, a throughput i
 perftune removes no file it cannot vouch for), named in the sweep's ``integrity`` notes, and the trial measured again.
 A file with no seal (a sweep from before seals, or a driver killed between the burst's write and the seal) is believed
 where the earlier ``results.json`` does not contradict it; where the folder's marker says it was sealed and the seals
-file is gone or unreadable, that is said loudly and a file is reused only where ``results.json`` confirms it (a deleted
-seals file was once the same as none, and the resume sealed an edited trial as it found it).  A file from a newer
-perftune is refused, not set aside.
+file is gone or unreadable, that is said loudly and a file is reused only where ``results.json`` or its folder's own
+seal confirms it (a deleted seals file was once the same as none, and the resume sealed an edited trial as it found
+it).  The own seal (``trial.sha256`` beside trial.json, written with each seal) is the second witness: a consistent
+edit of a trial.json is caught with the seals file deleted; whoever rewrites the trial file, its own seal and the
+seals file (or deletes them and ``results.json``) together is not caught (perftune/README.md, "Faults and hostile
+folders").  A file from a newer perftune is refused, not set aside.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
+import stat
 import threading
 from pathlib import Path
 from typing import Callable, Optional
 
 from perftune.errors import UserError
-from perftune.io.files import RESULTS_NAME, SEALS_NAME, TRIAL_NAME, TRIALS_DIR, read_json, read_trial_if_present
+from perftune.io.files import (
+    RESULTS_NAME,
+    SEALS_NAME,
+    TRIAL_NAME,
+    TRIAL_SEAL_NAME,
+    TRIALS_DIR,
+    read_json,
+    read_trial_if_present,
+)
 from perftune.io.outdir import is_sealed, mark_sealed
 from perftune.io.records import TrialResult
 from perftune.io.schema import NewerFileError
-from perftune.io.store import write_json_atomic
+from perftune.io.store import write_json_atomic, write_text_atomic
 
 SET_ASIDE = "trial.set-aside-{n}.json"
-#: why another record of the sweep contradicts (or cannot confirm) a trial file, or None where it confirms it
-Witness = Callable[[TrialResult], Optional[str]]
+DIGEST = re.compile(r"[0-9a-f]{64}")
+#: why another record of the sweep contradicts (or cannot confirm) a trial file, or None where it confirms it; its
+#: second argument: whether the trial folder's own seal vouches for the file
+Witness = Callable[[TrialResult, bool], Optional[str]]
 
 
 def file_digest(path: Path) -> Optional[str]:
@@ -43,8 +58,44 @@ def file_digest(path: Path) -> Optional[str]:
 
 
 def read_seals(out: Path) -> dict[str, str]:
-    """trial id -> the SHA-256 its trial.json had when the sweep accepted it (empty: no seals, or unreadable)."""
-    return load_seals(out)[0]
+    """trial id -> the SHA-256 its trial.json had when the sweep accepted it: the seals file's, and for a trial it
+    does not name (it is missing or unreadable), the seal in the trial's own folder (``own_seal``)."""
+    seals = dict(load_seals(out)[0])
+    trials = Path(out) / TRIALS_DIR
+    try:
+        folders = [p for p in trials.iterdir() if p.name not in seals] if trials.is_dir() else []
+    except OSError:
+        folders = []
+    for folder in folders:
+        if (digest := own_seal(folder)) is not None:
+            seals[folder.name] = digest
+    return seals
+
+
+def own_seal(trial_dir: Path) -> Optional[str]:
+    """The digest in the trial folder's own seal (``trial.sha256``, written beside trial.json when the sweep accepted
+    it: the second witness where the seals file is gone), or None: none, not a regular file, not a digest."""
+    path = Path(trial_dir) / TRIAL_SEAL_NAME
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        try:
+            text = os.read(fd, 256).decode("ascii")
+        finally:
+            os.close(fd)
+    except (OSError, UnicodeDecodeError):
+        return None
+    digest = text.split(" ", 1)[0].strip()
+    return digest if DIGEST.fullmatch(digest) else None
+
+
+def write_own_seal(trial_dir: Path, digest: str) -> None:
+    """Write the trial folder's own seal (``sha256sum -c`` checks it); a path that is not a file is left alone."""
+    try:
+        write_text_atomic(Path(trial_dir) / TRIAL_SEAL_NAME, f"{digest}  {TRIAL_NAME}\n")
+    except (OSError, UserError):  # the seals file still holds the digest
+        pass
 
 
 def load_seals(out: Path) -> tuple[dict[str, str], Optional[str]]:
@@ -75,15 +126,16 @@ def stat_key(path: Path) -> Optional[tuple[int, int, int]]:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def seal_mismatch(trial_file: Path, sealed: Optional[str]) -> Optional[str]:
-    """Why ``trial_file`` is not the file the sweep accepted (its digest differs from ``sealed``), or None."""
+def seal_mismatch(trial_file: Path, sealed: Optional[str], by: str = "") -> Optional[str]:
+    """Why ``trial_file`` is not the file the sweep accepted (its digest differs from ``sealed``), or None; ``by``:
+    which seal said so, where it is not the seals file."""
     if sealed is None:
         return None
     now = file_digest(trial_file)
     if now is None or now == sealed:
         return None
-    return (f"{trial_file}: changed after the sweep accepted it (SHA-256 {now[:12]}..., sealed {sealed[:12]}...): "
-            "edited or damaged")
+    return (f"{trial_file}: changed after the sweep accepted it (SHA-256 {now[:12]}..., sealed {sealed[:12]}..."
+            f"{by}): edited or damaged")
 
 
 def set_aside(trial_dir: Path) -> Path:
@@ -115,6 +167,7 @@ class TrialSeals:
         digest = file_digest(path)
         if digest is None:
             return
+        write_own_seal(trial_dir, digest)  # first: a driver killed between the two leaves the folder's own
         with self.lock:
             self.seals[trial_id] = digest
             self.stats[trial_id] = stat_key(path) or (0, 0, 0)
@@ -126,14 +179,18 @@ class TrialSeals:
         """(A finished trial.json of this very trial left by an earlier run, or None; the note where its file was
         set aside).  Killed by a signal perftune did not send (``retry_on_resume``): None, measured again.
 
-        A file with no seal is reused only where ``witness`` (another record of the sweep) finds nothing against it;
-        where the folder's seals were lost (``lost``), the witness must confirm it: never sealed again as found."""
+        A file the seals file does not name is checked against the seal in its own folder (``own_seal``), and is
+        reused only where ``witness`` (another record of the sweep) finds nothing against it; where the folder's
+        seals were lost (``lost``), the witness or the folder's own seal must confirm it: never sealed again as
+        found."""
         path = Path(trial_dir) / TRIAL_NAME
         try:
             result = read_trial_if_present(path)
-            why = seal_mismatch(path, self.seals.get(trial_id)) if result is not None else None
+            own = own_seal(trial_dir) if trial_id not in self.seals else None
+            why = seal_mismatch(path, self.seals.get(trial_id, own), "" if trial_id in self.seals else
+                                f" in its folder's own {TRIAL_SEAL_NAME}") if result is not None else None
             if why is None and result is not None and trial_id not in self.seals and witness is not None:
-                why = witness(result)
+                why = witness(result, own is not None)
                 why = f"{path}: {'its seal was lost and ' if self.lost else 'not sealed, and '}{why}" if why else None
         except NewerFileError:
             raise
@@ -150,10 +207,11 @@ class TrialSeals:
 def folder_doubts(out: Path) -> list[str]:
     """Every trial file of the sweep folder ``out`` that cannot be believed: unreadable, or changed since its seal
     (what ``report`` and ``compare`` say, as ``export`` does); first, seals lost from a folder that was sealed."""
-    seals = read_seals(out)
+    seals, central = read_seals(out), load_seals(out)[0]
     lost = lost_seals(out)
     doubts = [f"{lost}: this folder was sealed, so its trial files can no longer be checked against their seals "
-              f"(only against their own windows and {RESULTS_NAME})"] if lost else []
+              f"(only against their own windows, the seal in each trial folder ({TRIAL_SEAL_NAME}) and "
+              f"{RESULTS_NAME})"] if lost else []
     trials = Path(out) / TRIALS_DIR
     try:
         folders = sorted(p for p in trials.iterdir() if p.is_dir()) if trials.is_dir() else []
@@ -167,7 +225,8 @@ def folder_doubts(out: Path) -> list[str]:
         except UserError as exc:
             doubts.append(str(exc))
             continue
-        if (why := seal_mismatch(path, seals.get(folder.name))) is not None:
+        by = "" if folder.name in central else f" in its folder's own {TRIAL_SEAL_NAME}"
+        if (why := seal_mismatch(path, seals.get(folder.name), by)) is not None:
             doubts.append(why)
     return doubts
 

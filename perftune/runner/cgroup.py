@@ -58,6 +58,19 @@ def own_cgroup() -> tuple[Optional[Path], str]:
     return None, "this process has no cgroup v2 (no 0:: line in /proc/self/cgroup)"
 
 
+def cgroup_of(pid: int) -> Optional[Path]:
+    """The cgroup v2 folder of process ``pid``, or None where it is gone or has none."""
+    mount = cgroup2_mount()
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith("0::") and mount is not None:
+            return mount / line[3:].lstrip("/")
+    return None
+
+
 def _write(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY)
     try:
@@ -134,6 +147,13 @@ class TrialCgroup:
     def holds(self, pid: int) -> bool:
         """Whether ``pid`` is in this cgroup (the child's move worked)."""
         return pid in pids_in(self.path)
+
+    def contains(self, pid: int) -> Optional[bool]:
+        """Whether ``pid`` is in this cgroup or one below it (None: gone); False: it left (root only can)."""
+        where = cgroup_of(pid)
+        if where is None:
+            return None
+        return where == self.path or self.path in where.parents
 
     def kill(self) -> list[int]:
         return kill_cgroup(self.path)

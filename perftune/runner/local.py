@@ -39,14 +39,15 @@ def run_local(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> TrialResult
     trial_procs = TrialProcesses()  # the sweep becomes the subreaper of the burst's orphans
     ooms_before = oom_kills()
     with CappedLog(log_path) as log:  # burst.log keeps its last MiBs (logcap.py)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", BURST_MODULE, str(trial_dir.resolve())],
-            stdout=log.fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=trial_procs.env(burst_env(spec.env)), start_new_session=True, preexec_fn=child_setup(trial_procs),
-            cwd=str(trial_dir.resolve()),
-        )
+        with trial_procs.launching():
+            proc = subprocess.Popen(
+                [sys.executable, "-m", BURST_MODULE, str(trial_dir.resolve())],
+                stdout=log.fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=trial_procs.env(burst_env(spec.env)), start_new_session=True,
+                preexec_fn=child_setup(trial_procs), cwd=str(trial_dir.resolve()),
+            )
+            trial_procs.started(proc.pid)
         log.launched()
-        trial_procs.started(proc.pid)
         status: Optional[str] = None
         reason: Optional[str] = None
         try:

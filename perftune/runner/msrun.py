@@ -211,9 +211,10 @@ def _run_once(spec: TrialSpec, trial_dir: Path, cluster: Cluster, port: int,
     with open(trial_dir / LOG_NAME, "ab") as log:
         log.write(f"$ {' '.join(cmd)}\n".encode())
         log.flush()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True, preexec_fn=child_setup(leftovers), cwd=str(trial_dir))
-        leftovers.started(proc.pid)
+        with leftovers.launching():
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                    start_new_session=True, preexec_fn=child_setup(leftovers), cwd=str(trial_dir))
+            leftovers.started(proc.pid)
         watch = _Watch(proc, trial_dir, cluster)
         try:
             outcome = watch.wait(deadline)
@@ -239,9 +240,7 @@ class _Watch:
     """msrun, its scheduler and this node's ranks, seen through psutil and the ranks' result files."""
 
     def __init__(self, proc: subprocess.Popen, trial_dir: Path, cluster: Cluster):
-        self.proc = proc
-        self.dir = trial_dir
-        self.cluster = cluster
+        self.proc, self.dir, self.cluster = proc, trial_dir, cluster
         self.ranks: dict[int, psutil.Process] = {}
         self.scheduler: Optional[psutil.Process] = None
         self.results: dict[int, TrialResult] = {}

@@ -7,6 +7,13 @@ after the trial the sweep sees it among its own children and kills it.  ``TrialP
 existed before the trial, so only the trial's own leftovers are touched.  Where cgroups are writable, each trial
 also has a cgroup of its own (``cgroup.py``) that holds every descendant, killed whole first; the rest is the fallback.
 
+A root script can leave the cgroup (write its pid into the root cgroup's procs file) and clear the trial token from
+its daemons' environment; the daemons are still re-parented to the sweep while it lives.  So every descendant the
+sweep inherited during the trial is killed and reaped at its end, token or not (only a process carrying another
+running trial's token, or another trial's launched process, is left to that trial), and one found outside the
+trial's cgroup, or without its token, is named in ``TrialProcesses.escaped``.  Once the sweep is SIGKILLed such a
+daemon goes to init, beyond any subreaper: the limit stated in perftune/README.md, "Faults and hostile folders".
+
 The cgroup's ``memory.events`` counts the kernel's out-of-memory kills (``oom_kill``): a burst that died from
 SIGKILL while that counter grew was most likely killed for memory; one that died from SIGKILL without it was
 killed by someone else, which is recorded as such and measured again on a resume.
@@ -17,17 +24,25 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import threading
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import psutil
 
+from perftune.io.files import ESCAPED
 from perftune.runner.cgroup import TrialCgroup, containment_text, driver_tag, own_cgroup
 from perftune.runner.leftovers import TOKEN_ENV, signals_held
 from perftune.runner.watchdog import ensure_watchdog, track, untrack
 
 PR_SET_CHILD_SUBREAPER = 36
+#: held while a trial's process starts: until its ``exec`` the child has the driver's environment (no token), so a
+#: look for orphans then would take it for one
+_launch = threading.Lock()
+#: the trials running in this process (lanes run several): token -> trial
+_live: dict[str, TrialProcesses] = {}
 
 
 def become_subreaper() -> bool:
@@ -69,6 +84,16 @@ class TrialProcesses:
         self.before = {p.pid for p in _children()}
         self.seen: set[psutil.Process] = set()
         self.cgroup, self.why_not = TrialCgroup.open(self.token)
+        self.launched: set[int] = set()
+        #: the processes of this trial found outside its containment (its cgroup, its token) at its end, in words
+        self.escaped: list[str] = []
+        _live[self.token] = self
+
+    @contextmanager
+    def launching(self) -> Iterator[None]:
+        """Wrap the start of the trial's process (``Popen`` and ``started``): no look for orphans meanwhile."""
+        with _launch:
+            yield
 
     def enter(self) -> None:
         """In the launched child, before ``exec``: join the trial's cgroup (nothing where there is none)."""
@@ -78,6 +103,7 @@ class TrialProcesses:
     def started(self, pid: int) -> None:
         """After the launch: where the child could not join the cgroup, say so and rely on the fallback."""
         self.pid = pid
+        self.launched.add(pid)
         track(pid)
         if self.cgroup is not None and not self.cgroup.holds(pid):
             self.cgroup.kill()
@@ -85,7 +111,11 @@ class TrialProcesses:
 
     @property
     def containment(self) -> str:
-        return containment_text(self.cgroup, self.why_not)
+        text = containment_text(self.cgroup, self.why_not)
+        if self.escaped:
+            text += (f"; {len(self.escaped)} process(es) {ESCAPED}, killed at the trial's end as the sweep's "
+                     f"orphans: {'; '.join(self.escaped[:4])}{' ...' if len(self.escaped) > 4 else ''}")
+        return text
 
     def env(self, env: dict[str, str]) -> dict[str, str]:
         """``env`` with this trial's token: pass it to the launched process."""
@@ -98,20 +128,15 @@ class TrialProcesses:
         except psutil.Error:
             pass
 
-    def _ours(self, p: psutil.Process) -> bool:
-        try:
-            return p.environ().get(TOKEN_ENV) == self.token
-        except psutil.Error:
-            return False
-
     def kill_leftovers(self, timeout: float = 5.0) -> list[int]:
-        """SIGKILL every remembered descendant and every orphan of this trial re-parented to us; reap them.
+        """SIGKILL every remembered descendant and every process the sweep inherited during this trial; reap them.
 
         Returns the PIDs that were still alive (for tests and logs).  Ctrl-C, SIGTERM and SIGHUP wait until it is
         done (they are raised afterwards): a clean-up cut short would leave processes behind."""
         with signals_held():
             victims = self._victims(set(self.seen))  # found first: after the cgroup's kill an orphan's environment
-            in_cgroup = self.cgroup.kill() if self.cgroup is not None else []  # is gone
+            self.escaped += self._escapes(victims)  # is gone
+            in_cgroup = self.cgroup.kill() if self.cgroup is not None else []
             killed = set(in_cgroup) | set(_kill_and_reap(victims, timeout))
             for _ in range(3):  # a tree in flux (a parent exiting while looked at) hides its child for a moment
                 again = _kill_and_reap(self._victims(set()), timeout)
@@ -120,14 +145,47 @@ class TrialProcesses:
                 killed.update(again)
             if self.pid is not None:
                 untrack(self.pid)
+            _live.pop(self.token, None)
             return sorted(killed)
 
     def _victims(self, victims: set[psutil.Process]) -> set[psutil.Process]:
-        """``victims`` and every process of this trial re-parented to us (with their descendants)."""
-        for child in _children():
-            if child.pid not in self.before:
-                victims.update(p for p in _tree(child) if self._ours(p))
+        """``victims`` and every descendant the sweep inherited since this trial began (with their descendants),
+        but another running trial's: its launched process, or a process carrying its token."""
+        others = {token for token in _live if token != self.token}
+        theirs = {pid for trial in list(_live.values()) if trial is not self for pid in trial.launched}
+        with _launch:
+            for child in _children():
+                if child.pid not in self.before and child.pid not in theirs:
+                    victims.update(p for p in _tree(child) if token_of(p) not in others)
         return {p for p in victims if p.pid != os.getpid()}
+
+    def _escapes(self, victims: set[psutil.Process]) -> list[str]:
+        """The live ``victims`` outside the trial's cgroup (a root script can leave it) or without its token."""
+        out = []
+        for p in sorted(victims, key=lambda p: p.pid):
+            token = token_of(p)
+            inside = self.cgroup.contains(p.pid) if self.cgroup is not None else True
+            if token is None or inside is None:  # gone or a zombie: nothing left to contain
+                continue
+            out_of_cgroup = inside is False
+            what = [w for w, bad in (("left the trial's cgroup", out_of_cgroup),  # (the token is the fallback's)
+                                     ("carried no trial token", token != self.token and (
+                                         out_of_cgroup or self.cgroup is None))) if bad]
+            if what:
+                try:
+                    name = " ".join(p.cmdline())[:120] or p.name()
+                except psutil.Error:
+                    name = "?"
+                out.append(f"pid {p.pid} ({name}) {' and '.join(what)}")
+        return out
+
+
+def token_of(p: psutil.Process) -> Optional[str]:
+    """The trial token in ``p``'s environment: "" where it has none, None where it cannot be read (gone, zombie)."""
+    try:
+        return p.environ().get(TOKEN_ENV, "")
+    except psutil.Error:
+        return None
 
 
 def _kill_and_reap(victims: set[psutil.Process], timeout: float) -> list[int]:
