@@ -14,6 +14,7 @@ from typing import Optional
 from perftune import compat
 from perftune import knobs as knob_registry
 from perftune.io.records import TrialSpec
+from perftune.words.amp_words import dtype_collision_text, o1_rewrite_text
 
 
 class KnobRefused(Exception):
@@ -45,9 +46,26 @@ def classify_failure(exc: BaseException, spec: TrialSpec) -> tuple[str, str]:
                if n in knob_registry.KNOBS and knob_registry.KNOBS[n].known_refusal(v, spec.device)]
     if refused:
         return "unsupported", f"{', '.join(refused)} is not supported on {spec.device}: MindSpore says {reason}"
+    amp = amp_refusal(exc, spec, reason)
+    if amp:
+        return "unsupported", amp
     if "num_parallel_workers exceeds" in text and user_frame(exc) is None:  # raised where perftune set the value
         return "unsupported", f"num_parallel_workers={spec.knobs['num_parallel_workers']}: MindSpore says {reason}"
     return "failed", reason
+
+
+def amp_refusal(exc: BaseException, spec: TrialSpec, reason: str) -> Optional[str]:
+    """Why an AMP level failed on this model and what to try instead (``perftune.words.amp_words``), or None: O1's
+    rewrite missing a name of the model's file (a ``NameError``), or O2/O3 meeting the model's own casts (an operator
+    refusing mixed input types)."""
+    level = spec.knobs.get("amp_level")
+    if level not in ("O1", "O2", "O3"):
+        return None
+    if level == "O1" and isinstance(exc, NameError):
+        return o1_rewrite_text(reason)
+    if level in ("O2", "O3") and re.search(r"input type must be (the )?same|type of .* must be same", str(exc)):
+        return dtype_collision_text(level, reason)
+    return None
 
 
 def script_failure(exc: BaseException, spec: TrialSpec, steps: int) -> tuple[str, str]:
@@ -56,6 +74,8 @@ def script_failure(exc: BaseException, spec: TrialSpec, steps: int) -> tuple[str
     script's own default) is the script's failure, not a knob perftune could not run."""
     status, reason = classify_failure(exc, spec)
     where = script_location(exc, spec.script.script if spec.script else None)
+    if amp_refusal(exc, spec, reason):  # the AMP level's own words: why, and what to try instead
+        return status, reason + (f" (raised at {where})" if where else "")
     text = f"the script raised {reason} after {steps} step(s)" + (f", at {where}" if where else "")
     if "num_parallel_workers exceeds" in reason and status == "failed" and where:
         text += (": the value is the script's own (" + (

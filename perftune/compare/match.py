@@ -141,6 +141,10 @@ def _environment_warnings(old: Side, new: Side) -> list[str]:
 
 def _workload_warnings(old: Side, new: Side) -> list[str]:
     w: list[str] = []
+    ma, mb = (distinct_values(side, lambda e: e.result.parameter_count) for side in (old, new))
+    if ma and mb and set(ma) != set(mb):
+        w.append(f"models differ: OLD {_show([f'{n:,}' for n in ma])} parameters, NEW "
+                 f"{_show([f'{n:,}' for n in mb])}: the same knobs are compared, but not the same model")
     pa = distinct_values(old, lambda e: key_of(e.workload_params) if e.workload_params is not None else None)
     pb = distinct_values(new, lambda e: key_of(e.workload_params) if e.workload_params is not None else None)
     if len(pa) == 1 and len(pb) == 1 and pa != pb:
@@ -161,7 +165,10 @@ def _setting_warnings(old: Side, new: Side, missing_knobs: list[str]) -> list[st
     """Burst settings, seeds and knob sets."""
     w: list[str] = []
 
-    def burst(e: Entry) -> str:
+    def burst(e: Entry) -> Optional[str]:
+        """The settings the plan chose: a repeat's ``repeats`` (chosen by perftune from the noise) left out."""
+        if e.chosen_windows:
+            return None
         return key_of({k: v for k, v in e.result.burst.model_dump().items() if k != "timeout_s"})
 
     ba, bb = distinct_values(old, burst), distinct_values(new, burst)

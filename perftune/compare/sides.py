@@ -33,6 +33,8 @@ class Entry:
     kind: Optional[str] = None  # the sweep's trial kind
     workload_params: Optional[dict] = None  # None: unknown (a trial.json without its spec.json)
     seed: Optional[int] = None
+    #: a sweep's repeat process whose timed windows perftune chose (``burst.repeats`` is then not the plan's)
+    chosen_windows: bool = False
 
     @property
     def ok(self) -> bool:
@@ -74,7 +76,8 @@ def _load_file(side: Side, path: Path) -> None:
             if t.trial_id in seen:  # leave-one-out rows reuse the single's (or the stack's) process
                 continue
             seen.add(t.trial_id)
-            side.entries.append(Entry(t.result, str(path), t.label, t.kind, params, seed))
+            side.entries.append(Entry(t.result, str(path), t.label, t.kind, params, seed,
+                                      chosen_windows=t.window_count is not None))
         side.file_kinds.append("sweep")
         side.sweep_status.append(sweep.status)
         side.doubts += mismatches + [f"{d} (not used: the comparison reads {path.name})"

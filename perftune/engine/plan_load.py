@@ -6,6 +6,7 @@ anything runs: a sweep that dies an hour in on a typo is the worst outcome a tun
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,25 @@ def _check_combinations(base: dict, variables: dict) -> list[str]:
     return problems
 
 
+def _check_machine(data: dict) -> list[str]:
+    """Knob values this machine cannot take, where the bound is known: MindSpore refuses ``num_parallel_workers``
+    above ``multiprocessing.cpu_count()`` (its own check), so such a value fails every trial it is in.  A Ray
+    cluster's nodes are other machines: not checked there."""
+    if data.get("executor") == "ray":
+        return []
+    cores = multiprocessing.cpu_count()
+    baseline = data.get("baseline") if isinstance(data.get("baseline"), dict) else {}
+    variables = data.get("variables") if isinstance(data.get("variables"), dict) else {}
+    values = [("baseline.num_parallel_workers", baseline.get("num_parallel_workers"))]
+    listed = variables.get("num_parallel_workers")
+    values += [(f"variables.num_parallel_workers[{i}]", v) for i, v in enumerate(listed if isinstance(listed, list)
+                                                                                 else [])]
+    return [f"{path}: {v} is more than this machine's {cores} cores (MindSpore refuses more dataset workers than "
+            f"cores in every trial; allowed: 1 to {cores})"
+            for path, v in values if isinstance(v, int) and not isinstance(v, bool) and v > cores
+            and not knobs.KNOBS["num_parallel_workers"].check(v)]  # a value the registry refuses is said once
+
+
 def _check_distributed(data: dict) -> list[str]:
     """Cross-field rules of the ``distributed`` section (types and ranges are pydantic's)."""
     dist = data.get("distributed")
@@ -195,6 +215,7 @@ def parse_plan(data: Any, source: str = "plan", base_dir: Path | None = None) ->
     own, problems = declared(data)
     problems += _check_knob_values(data, own)
     problems += _check_distributed(data)
+    problems += _check_machine(data)
     if isinstance(data.get("workload"), str):
         why = check_reference(data["workload"])
         if why:
@@ -261,6 +282,7 @@ def parse_set_options(pairs: tuple[str, ...] | list[str], plan: Plan | None = No
         own = plan is not None and name.strip() in plan.baseline and name.strip() not in knobs.KNOBS
         why = own_value_problem(plan, name.strip(), value) if own else None
         msg = [f"--set {name}: {why}"] if why else [] if own else _check_one(f"--set {name}", name.strip(), value)
+        msg = msg or [line.replace("baseline.", "--set ", 1) for line in _check_machine({"baseline": {name: value}})]
         if msg:
             problems += msg
         else:

@@ -1,18 +1,16 @@
 """The sweep's processes: each configuration's booked, measured (or reused) and recorded, paired ones too, and each
-finished one used or left out by the one contention rule.
-
-A process measured while other processes competed for the cores (``TrialResult.contended_windows``) is left out
-(measured again at once, or on a cluster's lane the race gives the candidate another) while contention looks
-passing: while at most ``decision.remeasure_contended`` processes in a row (in the order the sweep uses them) were
-contended, and the sweep has time left.  Past that, contention is the machine's state and measuring again would
-double the cost for nothing: the process is used, counted as contended in its comparison.  The next usable process
-of its configuration carries how many were measured again in its place (``ProcessRun.remeasured``)."""
+finished one used or left out by the one contention rule: a process measured while others competed for the cores
+(``TrialResult.contended_windows``) is left out and measured again while at most ``decision.remeasure_contended``
+processes in a row were contended and the sweep has time left; past that, contention is the machine's state and
+measuring again would double the cost for nothing, so the process is used, counted as contended in its comparison
+(the next usable process of its configuration carries ``ProcessRun.remeasured``)."""
 
 from __future__ import annotations
 
 from typing import Any, Callable, Hashable, Optional
 
 from perftune.engine.blocked import process_run
+from perftune.engine.budget import Budget
 from perftune.engine.paired import PairedRun, counterbalanced, paired_line, paired_record, paired_run, pairing
 from perftune.engine.process_spec import process_spec
 from perftune.engine.progress import process_line
@@ -30,8 +28,10 @@ class Processes:
     """Every process of one sweep, by configuration (``key``: its first process's trial id), in measurement order;
     ``say``: one progress line."""
 
-    def __init__(self, plan: Plan, store: TrialStore, say: Callable[[str], None], out_of_time: Callable[[], bool]):
+    def __init__(self, plan: Plan, store: TrialStore, say: Callable[[str], None], out_of_time: Callable[[], bool],
+                 budget: Optional[Budget] = None):
         self.plan, self.store, self.say, self.out_of_time = plan, store, say, out_of_time
+        self.budget = budget or Budget(None)  # ``decision.budget_s``: a process that would end past it never starts
         self.runs: list[ProcessRun] = []  # every usable process, in measurement order (config = its key)
         self.configs: dict[Hashable, tuple[dict[str, Any], str]] = {}  # key -> (changes, kind)
         self.of: dict[Hashable, list[SweepTrial]] = {}  # key -> its processes, in replicate order
@@ -64,12 +64,13 @@ class Processes:
             done, noise = [t.result for t in self.of.get(key, []) if not t.excluded], Noise.pooled(self.runs)
         spec, windows = process_spec(self.plan, self.spec, changes, replicate,
                                      first=self.first_result(key), done=done, noise=noise)
+        if lane is None and not (kind == "baseline" and replicate == 0):  # the baseline's first always runs
+            self.budget.claim_new(spec, self.store.trials_dir, "single")
         if lane is None:  # the lanes' runner says itself what runs where
             self.store.progress.start(spec.label + (f" (run {replicate + 1})" if replicate else ""))
         seen = self.store.recorded(spec.trial_id)
-        result, found = self.store.run_or_reuse(spec, lane)
-        verdict = "baseline" if kind == "baseline" else "measured"
-        verdict = result.status if result.status in FAILED_VERDICTS else verdict
+        result, found = self.budget.timed(self.store.run_or_reuse, spec, "single", lane)
+        verdict = result.status if result.status in FAILED_VERDICTS else {"baseline": "baseline"}.get(kind, "measured")
         trial = SweepTrial(trial_id=spec.trial_id, label=spec.label, kind=kind, changes=changes,
                            replicate=replicate, verdict=verdict, reason=result.reason or "", reused=found and not seen,
                            window_count=windows, result=result.model_copy(update={"steps": []}))
@@ -78,10 +79,9 @@ class Processes:
 
     def book(self, key: Hashable) -> int:
         """The next replicate of ``key``, reserved (a lane's process gets its number before the round starts)."""
-        with self.store.lock:
-            replicate = self.booked.get(key, 0)  # every process of ``key`` is booked first
-            self.booked[key] = replicate + 1
-            return replicate
+        with self.store.lock:  # every process of ``key`` is booked first
+            self.booked[key] = self.booked.get(key, 0) + 1
+            return self.booked[key] - 1
 
     def measure_replicate(self, key: Hashable, replicate: int, lane: Optional[int] = None) -> SweepTrial:
         """Process ``replicate`` of ``key``: the first carries the configuration's kind, later ones are repeats."""
@@ -106,9 +106,10 @@ class Processes:
         (ref, _), (cand, _), swapped = self.configs[reference], self.configs[candidate], counterbalanced(replicate)
         spec, _ = process_spec(self.plan, self.spec, cand, replicate, reference=ref,
                                first=self.first_result(candidate if swapped else reference))  # arm 0's
+        self.budget.claim_new(spec, self.store.trials_dir, "paired")
         self.store.progress.start(spec.label)
         seen = self.store.recorded(spec.trial_id)
-        result, found = self.store.run_or_reuse(spec)
+        result, found = self.budget.timed(self.store.run_or_reuse, spec, "paired")
         run = paired_run(reference, candidate, result, swapped=swapped) if result.status == "ok" else None
         record = paired_record(spec, result, run, label_of(ref), label_of(cand), found and not seen)
         self.store.add(record)
@@ -133,8 +134,7 @@ class Processes:
         return process_run(key, r, self.left_out.pop(key, 0))
 
     def measure_process(self, key: Hashable) -> Optional[ProcessRun]:
-        """One more usable process of ``key``, measured again at once while ``use`` leaves one out; None if it
-        failed."""
+        """One more usable process of ``key`` (measured again while ``use`` leaves one out); None if it failed."""
         while True:
             trial = self.measure_replicate(key, self.book(key))
             outcome = self.use(key, trial)

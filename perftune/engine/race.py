@@ -43,6 +43,7 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Callable, Hashable, Optional, Sequence, Union
 
+from perftune.engine.budget import BudgetSpent
 from perftune.engine.paired import PairedRun, decide_paired
 from perftune.engine.sequential import decide, futile
 from perftune.engine.stats import Decision, Noise, Policy, ProcessRun
@@ -162,7 +163,10 @@ class Race:
                 for c, d in out.items()}
 
     def _run(self, config: Hashable) -> bool:
-        run = self.measure(config)
+        try:
+            run = self.measure(config)
+        except BudgetSpent:  # not started: the sweep's budget had no room for it (``out_of_time`` ends the race)
+            return False
         if run is None:
             return False
         self.runs.append(run)
@@ -191,7 +195,10 @@ class Race:
         return self.measure_pair is not None and self.pairable(reference, candidate)
 
     def _run_pair(self, reference: Hashable, candidate: Hashable) -> bool:
-        run = self.measure_pair(reference, candidate)  # type: ignore[misc]
+        try:
+            run = self.measure_pair(reference, candidate)  # type: ignore[misc]
+        except BudgetSpent:
+            return False
         if run is None:
             return False
         self.pairs.append(run)

@@ -21,6 +21,7 @@ class StackingProcesses(Protocol):
     """What stacking uses of the sweep's processes (``perftune.engine.processes.Processes``)."""
 
     runs: list[ProcessRun]  # every usable process: a leave-one-out row's first process joins them
+    of: dict[Hashable, list[SweepTrial]]  # each configuration's processes (none: the budget left it unmeasured)
 
     def register(self, changes: dict[str, Any], kind: str) -> Hashable: ...
     def first(self, key: Hashable) -> SweepTrial: ...
@@ -55,6 +56,8 @@ def stack(sweep: StackingSweep, single_trials: list[SweepTrial], retry_on_stack:
         else:
             key = sweep.procs.register(changes, "stack")
             comparison = sweep.race([key], current)[key]
+            if not sweep.procs.of.get(key):
+                return  # the sweep's budget had no room for it: the rest is left unmeasured
             trial = sweep.procs.first(key)
             if trial.verdict not in FAILED_VERDICTS:
                 trial.vs_previous = comparison

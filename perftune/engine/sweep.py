@@ -37,6 +37,7 @@ from perftune.engine import noop, order, stacking, verdicts
 from perftune.engine.accuracy import gate as accuracy_gate
 from perftune.engine.accuracy import seeds as seed_runs
 from perftune.engine.accuracy import stack_check
+from perftune.engine.budget import Budget, spend_or_none, stack_check_runs
 from perftune.engine.lanes import ParallelRunner, lanes_of
 from perftune.engine.paired import PairedRun, decide_paired
 from perftune.engine.processes import Processes
@@ -79,8 +80,9 @@ class Sweep:
         d = plan.decision
         self.policy = Policy(confidence=d.confidence, equivalence=d.equivalence, max_runs=d.max_runs)
         self.started = time.perf_counter()
+        self.budget = Budget(d.budget_s, self.started, left_unmeasured=self.result.left_unmeasured)
         self.store = TrialStore(self.out, run, self.result, progress or SilentProgress())
-        self.procs = Processes(plan, self.store, self.say, self.out_of_time)
+        self.procs = Processes(plan, self.store, self.say, self.out_of_time, self.budget)
         self.expected = self.ticks = 0  # progress lines expected so far, and given
         self.base: Hashable = ""
         self.best: Hashable = ""
@@ -98,8 +100,7 @@ class Sweep:
             self.store.progress.done(line)
 
     def out_of_time(self) -> bool:
-        budget = self.plan.decision.budget_s
-        return budget is not None and time.perf_counter() - self.started > budget
+        return not self.budget.fits()  # no room in ``decision.budget_s`` for one more process like those so far
 
     @property
     def baseline_runs(self) -> list[SweepTrial]:
@@ -177,11 +178,12 @@ class Sweep:
         finished = False
         try:
             self.store.check_earlier()
-            self.plan, self.result.accuracy_calibration = seed_runs.calibrate_sweep(self)
+            self.plan, self.result.accuracy_calibration = seed_runs.calibrate_sweep(self, self.budget.room)
             self.procs.plan = self.plan  # the sized accuracy window: every spec from here on is judged at it
             if self.baseline(len(singles)):
                 self.stack(self.one_at_a_time(singles))
                 self.leave_one_out()
+                self.budget.reserve("the stack check", stack_check_runs(self.plan, self.result.stack))
                 self.result.stack_check = stack_check.verify_sweep(self)  # the final stack at a longer window
             self.result.status = "complete"
             finished = True
@@ -205,8 +207,7 @@ class Sweep:
         self.procs.runs.append(run)
         self.result.environment = self.baseline_runs[0].result.environment
         for _ in range(self.plan.decision.baseline_runs - 1 - candidates):  # too few candidates to interleave
-            run = self.procs.measure_process(self.base)
-            self.procs.runs.extend([run] if run else [])
+            self.procs.runs.extend(r for r in [spend_or_none(lambda: self.procs.measure_process(self.base))] if r)
         return True
 
     def one_at_a_time(self, singles: list[dict[str, Any]]) -> list[SweepTrial]:
@@ -214,6 +215,7 @@ class Sweep:
         keys = [self.procs.register(changes, "single") for changes in self.order_singles(singles)]
         comparisons = self.race(keys, self.base)
         self.aa_check()
+        keys = [k for k in keys if self.procs.of[k]]  # the budget may have left some unmeasured
         measured = [k for k in keys if comparisons[k] is not None]
         found = benjamini_hochberg([comparisons[k].p_value for k in measured], 1 - self.plan.decision.confidence)
         discovered = dict(zip(measured, found))
@@ -243,8 +245,8 @@ class Sweep:
             self.result.aa_check = verdicts.record(d, AA_REFERENCE, final=False)
         pairable = [k for k in self.procs.configs if k != self.base and self.procs.pairable(self.base, k)]
         if pairable and self.parallel is None:  # the sweep compares in paired processes: their own A/A check
-            runs = [self.procs.measure_pair(self.base, self.base) for _ in range(2)]  # both arm orders
-            runs = [r for r in runs if r is not None]
+            runs = [r for r in spend_or_none(lambda: [self.procs.measure_pair(self.base, self.base)
+                                                      for _ in range(2)]) or [] if r is not None]  # both arm orders
             d = decide_paired(runs, self.policy, looks=1) if runs else None
             self.result.aa_paired = verdicts.record(d, "baseline (other pipeline)", final=False) if d else None
 
@@ -262,8 +264,8 @@ class Sweep:
         self.best = best.trial_id
 
     def leave_one_out(self) -> None:
-        for _ in stacking.leave_one_out(self, self.result.stack, self.best):
-            self.store.save()  # each row as it is compared
+        # each row saved as it is compared; the rows the budget left are named in ``left_unmeasured``
+        spend_or_none(lambda: [self.store.save() for _ in stacking.leave_one_out(self, self.result.stack, self.best)])
 
 
 def run_sweep(plan: Plan, out_dir: Path, run: TrialRunner, plan_path: Optional[Path] = None, fresh: bool = False,

@@ -271,3 +271,6 @@ class SweepResult(Record):
     #: what the sweep found wrong with its own folder (io/seals.py, io/watch.py): a trial file set aside and measured
     #: again, a file or folder that vanished while it ran
     integrity: list[str] = Field(default_factory=list)
+    #: the processes (by label) and phases that ``decision.budget_s`` left unmeasured: none starts that would end
+    #: past the budget (``perftune.engine.budget``)
+    left_unmeasured: list[str] = Field(default_factory=list)

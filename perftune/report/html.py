@@ -25,7 +25,7 @@ from perftune.report import figures
 from perftune.report.accuracy_notes import gate_cannot_judge
 from perftune.report.extra import extra_context
 from perftune.report.load import SweepFolder
-from perftune.report.notes import bottleneck_note, tried_changes
+from perftune.report.notes import bottleneck_note, edge_notes, tried_changes
 from perftune.report.ops import top_op_rows
 from perftune.report.stack_check_section import stack_check_context
 from perftune.report.summary import comparison_lines, node_lines, noise_line, paired_lines
@@ -40,7 +40,7 @@ from perftune.report.tables import (
 from perftune.version import __version__ as perftune_version
 from perftune.words import samples as language
 from perftune.words.format import count_word, duration_text, num, rate, speed_text, step_text, verdict_counts
-from perftune.words.rules import order_rule_text
+from perftune.words.rules import budget_text, order_rule_text
 from perftune.words.split_notes import split_notes
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -187,6 +187,8 @@ def _summary(folder: SweepFolder, metric: str) -> dict:
         "order_rule": order_rule_text(res.order_rule),
         "noise": noise_line(res),
         "decisions": comparison_lines(res),
+        "edges": edge_notes(res),  # a best value at the edge of those tried, its split still dominant
+        "budget": budget_text(res.plan.decision.budget_s, res.left_unmeasured),
         "nodes": node_lines(res),  # a sweep on a Ray cluster: trials per node, node effect, within-node comparisons
     }
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
+from perftune import knobs as knob_registry
 from perftune.io.records import COMMUNICATION_FLAG_SHARE, DATA_BOUND_SHARE, TrialResult
+from perftune.io.sweep_records import SweepResult
+from perftune.words.rules import edge_text
 
 COMPUTE_SHARE = 0.50  # forward + backward
 OPTIMIZER_SHARE = 0.25
@@ -109,3 +112,47 @@ def bottleneck_note(result: TrialResult, tried: Optional[Tried] = None, repeat: 
     top = max(("data", "forward", "backward", "optimizer", "communication"), key=lambda p: shares[p])
     return Bottleneck("balanced", f"no single phase dominates (largest: {top} {shares[top]:.0%})", "profile")
 
+
+
+def _dominant_share(result: TrialResult, group: str) -> Optional[tuple[str, float]]:
+    """``(what, share)`` of the step that ``group``'s knobs act on, when it still dominates there: data waiting
+    (at least ``DATA_BOUND_SHARE``; the profile's split, else the burst's timing) or forward + backward (at least
+    ``COMPUTE_SHARE``, profile only)."""
+    splits = result.profile.splits if result.profile else None
+    shares = splits.shares if splits is not None and splits.step_ms else None
+    if group == "data":
+        share = shares["data"] if shares else (result.data_wait_ms_median / result.step_ms_median
+                                               if result.step_ms_median and result.data_wait_ms_median is not None
+                                               else None)
+        return ("waiting for data", share) if share is not None and share >= DATA_BOUND_SHARE else None
+    if group == "compute" and shares:
+        share = shares["forward"] + shares["backward"]
+        return ("forward + backward", share) if share >= COMPUTE_SHARE else None
+    return None
+
+
+def edge_notes(result: SweepResult) -> list[str]:
+    """A numeric knob whose best value (the largest gain of its kept singles) sits at the edge of the values tried
+    (the baseline's included) while the split it acts on still dominates that configuration's step: the sweep
+    stopped where the next value might still help, and says so."""
+    env = result.environment
+    cores = env.cpu_count if env is not None and result.plan.executor == "local" else None
+    base = knob_registry.effective(result.plan.baseline) if result.plan.baseline is not None else {}
+    notes = []
+    for knob, values in result.plan.variables.items():
+        spec = knob_registry.KNOBS.get(knob)
+        numbers = [v for v in [base.get(knob), *values] if isinstance(v, int) and not isinstance(v, bool)]
+        if spec is None or spec.kind != "int" or len(numbers) < 2:
+            continue
+        kept = [t for t in result.trials if t.kind == "single" and t.verdict == "kept" and t.replicate == 0
+                and list(t.changes) == [knob] and t.vs_baseline is not None and t.result.status == "ok"]
+        if not kept:
+            continue
+        best = max(kept, key=lambda t: t.vs_baseline.ratio)
+        value = best.changes[knob]
+        where = "largest" if value == max(numbers) else "smallest" if value == min(numbers) else None
+        dominant = _dominant_share(best.result, spec.group) if where else None
+        if where and dominant:
+            notes.append(edge_text(knob, value, sorted(set(numbers)), where, dominant[0], dominant[1],
+                                   cores if knob == "num_parallel_workers" else None))
+    return notes

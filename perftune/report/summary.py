@@ -9,11 +9,12 @@ from perftune.io.files import RESULTS_NAME
 from perftune.io.records import TrialResult
 from perftune.io.sweep_records import SweepResult
 from perftune.report.accuracy_notes import gate_cannot_judge
+from perftune.report.notes import edge_notes
 from perftune.words import lm
 from perftune.words.format import count_word, mb, speed_text, time_ratio_text, validation_figures, verdict_counts
 from perftune.words.format import num as format_num
 from perftune.words.reasons import comparison_text, decision_line
-from perftune.words.rules import multiplicity_text
+from perftune.words.rules import budget_text, multiplicity_text
 from perftune.words.split_notes import split_notes
 from perftune.words.window_words import limits_line, stack_check_lines, window_lines
 
@@ -172,10 +173,12 @@ def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) 
     elif result.best_label:
         lines.append(f"best: {result.best_label}")
     lines += _language_lines(result)
+    lines += [f"note: {line}" for line in edge_notes(result)]
     lines += [f"accuracy gate: {line}" for line in window_lines(result) + gate_cannot_judge(result)]
     lines += stack_check_lines(result) + [f"accuracy window cannot see: {x}" for x in [limits_line(result)] if x]
     lines += node_lines(result)
     lines += disagreeing_phases(result)
+    lines += [x for x in [budget_text(result.plan.decision.budget_s, result.left_unmeasured)] if x]
     lines += [f"warning: {line}" for line in result.integrity]  # files set aside, folders that vanished
     lines.append(f"tables: {out_dir / 'ablation.md'}, {out_dir / 'ablation.csv'}; results: {out_dir / RESULTS_NAME}")
     if report_path:
@@ -183,15 +186,40 @@ def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) 
     return "\n".join(lines)
 
 
+def used_processes(result: SweepResult, label: str) -> list[TrialResult]:
+    """The processes of configuration ``label`` the verdicts used: finished, timed and not left out (a contended
+    process measured again is "not used" in the tables, so the summary does not quote it either)."""
+    seen: dict[str, TrialResult] = {}
+    for t in result.trials:
+        if t.label == label and t.result.status == "ok" and t.result.samples_per_s and not t.excluded:
+            seen.setdefault(t.trial_id, t.result)
+    return list(seen.values())
+
+
+def quoted_text(result: SweepResult, label: str) -> str:
+    """A configuration's throughput as its used processes measured it (their median) and, for a language model,
+    its first process's accuracy (where the accuracy window ran)."""
+    first = next((t.result for t in result.trials if t.label == label and t.result.status == "ok"), None)
+    used = sorted(used_processes(result, label), key=lambda r: r.samples_per_s or 0.0)
+    if first is None:
+        return ""
+    if not used:
+        return lm.progress_text(first)
+    median = used[(len(used) - 1) // 2]
+    how = f" (median of the {len(used)} processes used)" if len(used) > 1 else ""
+    return ", ".join(p for p in (lm.throughput_text(median) + how, lm.accuracy_text(first)) if p)
+
+
 def _language_lines(result: SweepResult) -> list[str]:
-    """For a language model: tokens/s and perplexity of the baseline and of the best configuration."""
+    """For a language model: tokens/s and perplexity of the baseline and of the best configuration, from the
+    processes the verdicts used."""
     base = next((t for t in result.trials if t.kind == "baseline" and t.result.status == "ok"), None)
     if base is None or not lm.is_language_model(base.result):
         return []
-    lines = [f"baseline: {lm.progress_text(base.result)}"]
+    lines = [f"baseline: {quoted_text(result, base.label)}"]
     best = next((t for t in result.trials if t.trial_id == result.best_trial_id), None)
     if best is not None and best.trial_id != base.trial_id and best.result.status == "ok":
-        lines.append(f"{result.best_label}: {lm.progress_text(best.result)}")
+        lines.append(f"{result.best_label}: {quoted_text(result, best.label)}")
     return lines
 
 

@@ -15,12 +15,13 @@ from perftune.io.derived import step_compiles
 from perftune.io.records import PHASES, TrialResult
 from perftune.io.store import write_text_atomic
 from perftune.io.sweep_records import SweepResult, SweepTrial
+from perftune.report.notes import edge_notes
 from perftune.report.process_rows import contention_mark, paired_row, used_process
-from perftune.report.summary import comparison_lines, noise_line, paired_lines
+from perftune.report.summary import comparison_lines, noise_line, paired_lines, used_processes
 from perftune.words import lm
 from perftune.words.format import num, rate, speed_text, step_text, validation_figures
 from perftune.words.reasons import reason_text, stack_reason
-from perftune.words.rules import order_rule_text
+from perftune.words.rules import budget_text, order_rule_text
 
 
 def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
@@ -89,13 +90,49 @@ def ablation_table(result: SweepResult) -> pd.DataFrame:
         if replaced:
             row["reason"] = (f"its run {shown.replicate + 1}: run {trials[step.trial_id].replicate + 1} was not used "
                              f"({trials[step.trial_id].excluded})")
+        if shown is not None and row.get("data_ms") is None:
+            row.update(profiled_splits(shown, result.trials))
         row["kept"] = step.kept
         if step.label != "baseline":
             row["verdict"] = "kept" if step.kept else "dropped"
             t = trials.get(step.trial_id)
             row["reason"] = stack_reason(step.kept, t, step.reason) + (f"; {row['reason']}" if replaced else "")
+        if "splits_from" in row:
+            row["reason"] = "; ".join(x for x in (row.get("reason"), row.pop("splits_from")) if x)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def profiled_splits(trial: SweepTrial, trials: Sequence[SweepTrial]) -> dict:
+    """A row of ``trial`` whose process has no profile (a repeat process skips the profiler; a contended first
+    process is replaced by a repeat in the tables): the splits of its configuration's profiled process, and a
+    reason that says which process they are of; nothing where none was profiled."""
+    profiled = next((t for t in trials if t.label == trial.label and t.result.profile is not None
+                     and t.result.profile.splits is not None and t.result.profile.splits.step_ms), None)
+    if profiled is None:
+        return {}
+    splits = profiled.result.profile.splits
+    row: dict = {f"{phase}_ms": getattr(splits, f"{phase}_ms") for phase in PHASES}
+    row["recompute_ms"] = splits.recompute_ms
+    row["splits_from"] = f"splits: its run {profiled.replicate + 1}'s (the profiled process)"
+    return row
+
+
+def paired_figures(row: dict, trial: SweepTrial, reference_sps: Optional[float]) -> dict:
+    """A row whose verdict came from paired processes: its samples/s (and tokens/s) are the reference's times the
+    paired ratio, so the figures beside the verdict agree with it (a fresh process's own, contended or not, does
+    not decide a paired comparison); the first process's own figure is kept in the reason."""
+    c = trial.vs_baseline
+    if c is None or c.design != "paired" or not reference_sps or not row.get("samples_per_s"):
+        return row
+    own, implied = row["samples_per_s"], reference_sps * c.ratio
+    out = dict(row, samples_per_s=implied, samples_per_s_from="paired", process_samples_per_s=own)
+    if row.get("tokens_per_s"):
+        out["tokens_per_s"] = row["tokens_per_s"] * implied / own
+    note = (f"samples/s: the baseline's {rate(reference_sps)} x the paired ratio {c.ratio:.3f} (its first process "
+            f"alone: {rate(own)})")
+    out["reason"] = f"{row.get('reason') or ''}; {note}".lstrip("; ")
+    return out
 
 
 def process_label(trial: SweepTrial, trials: Sequence[SweepTrial]) -> str:
@@ -128,8 +165,10 @@ def singles_table(result: SweepResult) -> pd.DataFrame:
         return out
 
     rows = [row(t) for t in result.trials if t.kind == "baseline"]
+    base = sorted(r.samples_per_s for r in used_processes(result, "baseline"))
+    reference_sps = base[(len(base) - 1) // 2] if base else None  # as the summary quotes it
     for single in (t for t in result.trials if t.kind == "single"):
-        rows.append(row(single))
+        rows.append(paired_figures(row(single), single, reference_sps))
         used = single.vs_baseline.processes if single.vs_baseline else None
         for t in (t for t in result.trials if t.kind == "repeat" and t.label == single.label):
             rows.append(row(t))
@@ -211,7 +250,8 @@ def to_markdown(df: pd.DataFrame, metric: str) -> str:
         contended = row.get("contended")
         contended = f"[{contended}] " if isinstance(contended, str) and contended else ""
         cells = [
-            md_text(row["configuration"]), md_text(row.get("verdict", "")), rate(row.get("samples_per_s")),
+            md_text(row["configuration"]), md_text(row.get("verdict", "")),
+            rate(row.get("samples_per_s")) + (" (paired)" if row.get("samples_per_s_from") == "paired" else ""),
             _fmt_speedup(row), step_text(row.get("step_ms"), row.get("step_ms_median")), splits,
             num(row.get("compile_s"), ".1f"), num(row.get("peak_mem_mb"), ".1f"),
             num(row.get(metric), ".4f"), num(change, "+.1%"),
@@ -255,6 +295,9 @@ def markdown_report(result: SweepResult) -> str:
         parts += ["### Leave one out (final stack minus one change)", "", to_markdown(loo, metric)]
     if result.order_rule:
         parts += [f"Order rule: {md_text(order_rule_text(result.order_rule))}.", ""]
+    parts += [f"Note: {md_text(line)}.\n" for line in edge_notes(result)]
+    budget = budget_text(result.plan.decision.budget_s, result.left_unmeasured)
+    parts += [f"Budget: {md_text(budget)}.", ""] if budget else []
     parts += ["Ratios: the configuration's speed against its reference, `x1.23 faster` / `x1.10 slower` with the 95% "
               "interval of that same factor.  Step time: the mean over the timed steps (throughput is batch / mean "
               "step, and the splits add up to it), the median beside it.  Compile: the first step.", ""]

@@ -62,3 +62,24 @@ def sizing_text(s: Optional[WindowSizing]) -> str:
     return (f"{s.samples} samples: the longest window probed within accuracy.window_budget_s ({s.budget_s:g} s); "
             f"the baseline's training loss fell only {how} (less than {s.fall_factor:g} x the tolerance): "
             "raise the budget or set accuracy.samples")
+
+
+def budget_text(budget_s: Optional[float], left: list[str]) -> str:
+    """What ``decision.budget_s`` left unmeasured (no process starts that would end past it); empty if nothing."""
+    if not left:
+        return ""
+    shown = ", ".join(left[:6]) + (f" and {len(left) - 6} more" if len(left) > 6 else "")
+    limit = f" ({budget_s:g} s)" if budget_s else ""
+    return (f"decision.budget_s{limit} left unmeasured: {shown}, and what would have followed them (no process "
+            "starts that would end past the budget)")
+
+
+def edge_text(knob: str, value, tried: list, where: str, split: str, share: float, cores: Optional[int]) -> str:
+    """A knob whose best value is the largest (or smallest) tried while its split still dominates the step."""
+    values = ", ".join(str(v) for v in tried)
+    head = (f"{knob}={value}, the best value, is the {where} tried ({values}) and the step there is still "
+            f"{share:.0%} {split}")
+    if cores is not None and where == "largest" and value >= cores:
+        return (f"{head}: it is also the most this machine's {cores} cores allow (MindSpore refuses more), so the "
+                "rest must come from the pipeline's other knobs or a machine with more cores")
+    return f"{head}: a {'larger' if where == 'largest' else 'smaller'} value than any tried may help further"

@@ -7,6 +7,7 @@ gate (``seed_band``).  The seed runs are accuracy-only trials (``window_trials``
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Callable, Optional, Protocol
 
@@ -38,10 +39,15 @@ def seed_spread(runs: list[Accuracy], samples: int, checkpoints: int) -> list[tu
     return out
 
 
-def calibrate(plan: Plan, measure: Measure, cache_dir: Optional[str], say: Callable[[str], None] = print
-              ) -> tuple[Plan, AccuracyCalibration]:
+def _any_room(label: str, seconds: float) -> bool:
+    return True
+
+
+def calibrate(plan: Plan, measure: Measure, cache_dir: Optional[str], say: Callable[[str], None] = print,
+              room: Callable[[str, float], bool] = _any_room) -> tuple[Plan, AccuracyCalibration]:
     """The plan with its accuracy window fixed, and the calibration: the window's sizing and the seed runs; ``say``
-    states what was chosen (one line)."""
+    states what was chosen (one line); ``room(label, seconds)``: whether the sweep's budget has room for a seed run
+    that long (``engine.budget.Budget.room``): one that has none is not started, nor the seeds after it."""
     if plan.accuracy.samples:
         chosen = Sizing(plan.accuracy.samples, WindowSizing(how="plan", samples=plan.accuracy.samples), 0.0)
     else:
@@ -50,9 +56,14 @@ def calibrate(plan: Plan, measure: Measure, cache_dir: Optional[str], say: Calla
     sized = plan.model_copy(update={"accuracy": plan.accuracy.model_copy(update={"samples": samples})})
     cal = AccuracyCalibration(samples=samples, sized=not plan.accuracy.samples, sizing=sizing,
                               sizing_s=chosen.spent, reach=chosen.reach)
+    length = chosen.spent  # a seed run trains the window once: at most as long as the sizing probes together
     for i in range(1, plan.accuracy.seeds):
         seed = (plan.seed + i) % (MAX_SEED + 1)
+        if not room(f"baseline seed {seed}", length):
+            break
+        start = time.perf_counter()
         result, reused = measure(window_spec(sized, samples, seed, f"baseline seed {seed}", cache_dir))
+        length = length if reused else time.perf_counter() - start
         cal.seeds_s += result.wall_s or 0.0
         cal.trial_ids.append(result.trial_id)
         if result.status == "ok" and result.accuracy is not None:
@@ -79,7 +90,8 @@ class CalibrationSweep(Protocol):
     def say(self, line: str) -> None: ...
 
 
-def calibrate_sweep(sweep: CalibrationSweep) -> tuple[Plan, AccuracyCalibration]:
+def calibrate_sweep(sweep: CalibrationSweep, room: Callable[[str, float], bool] = _any_room
+                    ) -> tuple[Plan, AccuracyCalibration]:
     """:func:`calibrate` for a sweep (its trial folders, runner and progress).
 
     A sweep folder from before the window was sized and calibrated resumes as it was measured (trial ids hash the
@@ -95,7 +107,7 @@ def calibrate_sweep(sweep: CalibrationSweep) -> tuple[Plan, AccuracyCalibration]
             and earlier.accuracy_calibration.reach is None and not plan.accuracy.samples:
         gate = plan.accuracy.model_copy(update={"samples": earlier.accuracy_calibration.samples})
         plan = plan.model_copy(update={"accuracy": gate})
-    return calibrate(plan, Runs(sweep.store, sweep.say), str(sweep.store.cache_dir), sweep.say)
+    return calibrate(plan, Runs(sweep.store, sweep.say), str(sweep.store.cache_dir), sweep.say, room)
 
 
 def _earlier(results: Path) -> Optional[SweepResult]:
