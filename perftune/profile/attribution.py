@@ -33,8 +33,10 @@ Placement, per step (launches split into equal steps as ``perftune.profile`` fou
 * **GRAPH mode** (every launch scoped): the forward ends where backward evidence starts to outweigh forward
   evidence: the boundary ``b`` minimises (gradient launches before ``b``) + (forward-evidence launches after
   ``b``), forward evidence being the ``forward_scope`` launches (cell form) or else the ``step_cell`` ones (the
-  ``ms.jit`` function form, whose whole network is ``Default/<op>``).  Unlike "before the first gradient op" this
-  holds when gradient pieces run early and when the loss's own ops run late.
+  ``ms.jit`` function form, whose whole network is ``Default/<op>``), and the first half of the ``recompute``
+  launches (a recomputed cell's originals run in the forward, their copies, no more of them, in the backward).
+  Unlike "before the first gradient op" this holds when gradient pieces run early and when the loss's own ops
+  run late.
 * **PyNative** (bare op names present): the backward of a micro-batch starts at its first gradient launch, or at
   the gradient seed (the last ``OnesLike``/``Ones``/``Fill`` launch before it: ``ones_like(loss)``) where there is
   one.  With gradient accumulation the step holds several micro-batches: their number ``k`` is the smallest ratio
@@ -254,10 +256,18 @@ def _place_step(step: pd.DataFrame, eager: bool, cell_form: bool, micro: int, an
 
 def _graph_boundary(kind: np.ndarray, lo: int, hi: int, cell_form: bool) -> int:
     """First backward position in [lo, hi): minimises gradients before it + forward evidence after it (the latest
-    such position, so launches between the last forward evidence and the first gradient stay forward)."""
+    such position, so launches between the last forward evidence and the first gradient stay forward).
+
+    The first half of the ``recompute`` launches count as forward evidence too: a recomputed cell's original ops
+    run in the forward and their copies (no more of them: only what the gradients need) in the backward.  Without
+    them a two-block function-form step, whose forward is almost all ``recompute_`` ops, had its boundary before
+    the blocks (the ten gradient pieces GRAPH mode runs early outweighed the eight head and loss ops), and its
+    forward counted as backward."""
     k = kind[lo:hi]
     grad = (k == "gradient").astype(np.int64)
     fwd = (k == ("forward_scope" if cell_form else "step_cell")).astype(np.int64)
+    recomputed = np.flatnonzero(k == "recompute")
+    fwd[recomputed[: len(recomputed) // 2]] = 1
     grad_before = np.concatenate(([0], np.cumsum(grad)))
     fwd_after = fwd.sum() - np.concatenate(([0], np.cumsum(fwd)))
     cost = grad_before + fwd_after

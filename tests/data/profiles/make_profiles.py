@@ -1,7 +1,7 @@
 """Generate the profiler fixtures under tests/data/profiles/<scenario>/ from real MindSpore runs.
 
     .venv/bin/python tests/data/profiles/make_profiles.py all            # every scenario (about 4 minutes on 2 cores)
-    .venv/bin/python tests/data/profiles/make_profiles.py tiny_gpt       # the 12 tiny_gpt ones (about 3 minutes)
+    .venv/bin/python tests/data/profiles/make_profiles.py tiny_gpt       # the 16 tiny_gpt ones (about 4 minutes)
     .venv/bin/python tests/data/profiles/make_profiles.py repeats        # the 3 identical PyNative runs (about 1 minute)
     .venv/bin/python tests/data/profiles/make_profiles.py mlp_graph      # one scenario
 
@@ -18,6 +18,9 @@ Scenarios:
                  (perftune.burst.train_step.build_train_step, form cell or function) in GRAPH or PYNATIVE mode, plain,
                  with its recompute cells recomputed, or with 2 gradient-accumulation micro-batches: the fixtures
                  of tests/test_attribution.py (``all`` makes them too; ``tiny_gpt`` makes only them)
+  tiny_gpt_graph_<form>[_recompute]_2layers
+                 the same in GRAPH mode with two blocks, as the built-in tiny_gpt has by default: where recompute
+                 once counted the function form's whole forward as backward (tests/test_attribution.py)
 
 Each training scenario runs in a fresh process (MindSpore's context is process-global), trains with the same
 TrainStep cell form as perftune's burst (the MLPs) or with perftune's own step (tiny_gpt), times every step the way
@@ -87,6 +90,14 @@ REPEAT_SCENARIOS = [f"repeat_pynative_cell_run{i}" for i in (1, 2, 3)]
 for _name in REPEAT_SCENARIOS:
     SCENARIOS[_name] = dict(mode="pynative", profiled_steps=5, workload="tiny_gpt", train_step="cell", kernel_threads=0,
                             warmup=10, unprofiled=5, recompute=False, grad_accum_steps=1)
+#: two blocks, as the built-in tiny_gpt has by default: with one block the recompute stretch is short enough that
+#: the forward evidence outweighs the gradient pieces GRAPH mode runs early; with two the function form's forward
+#: was counted as backward (forward 1.9 ms of a 600 ms step in `perftune run`), so these pin it
+for _form in ("cell", "function"):
+    for _suffix in ("", "_recompute"):
+        SCENARIOS[f"tiny_gpt_graph_{_form}{_suffix}_2layers"] = dict(
+            mode="graph", profiled_steps=5, workload="tiny_gpt", train_step=_form, kernel_threads=1, warmup=10,
+            unprofiled=5, layers=2, **TINY_GPT_VARIANTS[_suffix])
 TINY_GPT_SCENARIOS = [name for name in SCENARIOS if name.startswith("tiny_gpt_")]
 
 
@@ -204,7 +215,7 @@ def build_tiny_gpt(args: argparse.Namespace):
     from perftune.burst.train_step import NetWithLoss, build_train_step
     from perftune.workloads import resolve
 
-    workload = resolve("tiny_gpt")(dict(TINY_GPT_PARAMS), 0)
+    workload = resolve("tiny_gpt")(dict(TINY_GPT_PARAMS, n_layers=args.layers), 0)
     network = workload.network
     if args.recompute:
         cells = [cell for name, cell in network.cells_and_names()
@@ -319,7 +330,7 @@ def run_scenario(name: str) -> None:
                 "--workload-name", "tiny_gpt", "--step-form", cfg["train_step"], "--accum",
                 str(cfg["grad_accum_steps"]), "--kernel-threads", str(cfg["kernel_threads"]), "--warmup",
                 str(cfg["warmup"]), "--unprofiled", str(cfg["unprofiled"]), *(["--recompute-on"] if cfg["recompute"] else []),
-            ]
+            ] + (["--layers", str(cfg["layers"])] if "layers" in cfg else [])
         if workers == 1:
             cmd = [sys.executable, *worker_args, "--timing-file", str(tmp / "timing_rank0.json")]
         else:
@@ -366,7 +377,8 @@ def run_scenario(name: str) -> None:
     }
     if cfg.get("workload") == "tiny_gpt":
         expected["config"] = {
-            "workload": "tiny_gpt", "workload_params": TINY_GPT_PARAMS, "batch_size": TINY_GPT_BATCH,
+            "workload": "tiny_gpt", "workload_params": dict(TINY_GPT_PARAMS, n_layers=cfg.get("layers", 1)),
+            "batch_size": TINY_GPT_BATCH,
             "train_step": cfg["train_step"], "recompute": cfg["recompute"],
             "grad_accum_steps": cfg["grad_accum_steps"], "kernel_threads": cfg["kernel_threads"],
             "loss_scale": "none", "jit_level": "O0", "warmup_steps": cfg["warmup"],
@@ -601,6 +613,7 @@ def main() -> None:
     ap.add_argument("--recompute-on", dest="recompute", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--accum", dest="grad_accum_steps", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--kernel-threads", dest="kernel_threads", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--layers", dest="layers", type=int, default=TINY_GPT_PARAMS["n_layers"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(args)

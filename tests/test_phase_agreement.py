@@ -1,0 +1,75 @@
+"""The phase-agreement check fires only when something is wrong (perftune.burst.agreement), on scripted step
+records: a first process's accuracy window, its first steps after the compile, runs slower while it settles (the
+quickstart's graph first processes: x1.40-1.69 the timed steps' median on 4-7 ms steps, on an idle machine) and is
+judged against its own allowance; a step timed from its dispatch, or a machine that changed between phases, is
+still caught."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perftune.burst.agreement import AGREE_LIMIT, SETTLING_LIMIT, check_phases, phase_medians
+from perftune.io.records import StepRecord
+
+WAIT_MS = 12.0  # the quickstart's graph step is data-bound: it waits for its batch, then computes for 4-7 ms
+TIMED_MS = 5.5
+
+
+def steps(phase: str, compute_ms: list[float], window=None) -> list[StepRecord]:
+    return [StepRecord(phase=phase, window=window, step_ms=c + WAIT_MS, data_wait_ms=WAIT_MS) for c in compute_ms]
+
+
+def first_process(accuracy: list[float], warmup: list[float], timed_ms: float = TIMED_MS,
+                  profiled: float = 6.2) -> tuple[list[StepRecord], list[StepRecord]]:
+    """A first process's records: the compile, the accuracy window's steps, warm-up, 3 timed windows, profiled."""
+    rng = np.random.default_rng(0)
+    timed = [r for w in range(3) for r in steps("timed", list(timed_ms * rng.uniform(0.9, 1.1, 10)), window=w)]
+    records = (steps("accuracy", [2800.0] + accuracy) + steps("warmup", warmup) + timed
+               + steps("profiled", [profiled * 1.5, profiled, profiled]))
+    return records, timed
+
+
+#: a settling accuracy window: its 9 steps after the compile slow at first, then near the timed steps
+SETTLING = [16.0, 14.0, 12.5, 11.0, 10.0, 9.6, 9.3, 9.0, 8.8]  # median x2.0 the timed 5.5 ms, x1.69 its later half
+WARMUP = [6.4, 5.8, 5.6, 5.5]
+
+
+def test_a_settling_accuracy_window_raises_nothing():
+    records, timed = first_process(SETTLING, WARMUP, profiled=5.6)
+    agreement, note = check_phases(records, timed)
+    assert note is None and agreement.agree
+    medians = phase_medians(records, timed)
+    # its compile and its settling first half left out
+    assert medians["accuracy"] == pytest.approx(float(np.median(SETTLING[len(SETTLING) // 2:])))
+    assert medians["accuracy"] / medians["timed"] > AGREE_LIMIT  # what the common limit flagged
+    # the accuracy window's allowance is its own: the record says which limit judged the worst phase
+    assert agreement.worst_phase == "accuracy" and agreement.limit == SETTLING_LIMIT
+
+
+def test_a_step_timed_from_its_dispatch_is_still_flagged():
+    """The untimed phases timed from the dispatch (1.2 ms) against completed timed steps: faster, never excused."""
+    records, timed = first_process([1.2] * 9, [1.2] * 4, timed_ms=751.0, profiled=3.0)
+    agreement, note = check_phases(records, timed)
+    assert not agreement.agree and agreement.ratio > 100 and agreement.worst_phase in ("accuracy", "warmup")
+    assert note.kind == "warning" and "phases disagree" in note.text and "faster" in note.text
+    # and only the accuracy window faster than the timed steps: held to the common limit, not the settling one
+    fast = [TIMED_MS / 1.6] * 9
+    agreement, note = check_phases(*first_process(fast, WARMUP))
+    assert not agreement.agree and agreement.worst_phase == "accuracy" and agreement.limit < SETTLING_LIMIT
+    assert "faster" in note.text
+
+
+def test_an_accuracy_window_past_its_allowance_is_flagged():
+    """A window x2.4 slower than the timed steps all through is not settling: the machine changed between them."""
+    slow = [TIMED_MS * 2.4] * 9
+    agreement, note = check_phases(*first_process(slow, WARMUP))
+    assert not agreement.agree and agreement.worst_phase == "accuracy" and agreement.limit == SETTLING_LIMIT
+    assert "slower" in note.text and f"allowed x{SETTLING_LIMIT:.2f}" in note.text
+
+
+def test_the_warm_up_has_no_settling_allowance():
+    """The warm-up's first steps are left out already; what is left runs as the timed steps do."""
+    agreement, note = check_phases(*first_process(SETTLING, [9.0] * 8))
+    assert not agreement.agree and agreement.worst_phase == "warmup" and agreement.limit < SETTLING_LIMIT
+    assert note is not None
