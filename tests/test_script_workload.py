@@ -86,7 +86,7 @@ def test_script_plan_resolves_the_script_and_gates_on_training_loss(scripts):
      "perftune cannot read what the job uses today); or did you mean the built-in knob 'batch_size'?"),
     ({"accuracy": {"metric": "val_loss"}}, "accuracy.metric: 'val_loss' needs perftune's own validation pass"),
     ({"variables": {"workers": [2]}}, "variables.workers: knob 'workers' is not supported for a script workload"),
-    ({"workload": {"script": "train.py", "tokens_per_sample": 32}}, "workload.tokens_per_sample: unknown field"),
+    ({"workload": {"script": "train.py", "seq_len": 32}}, "workload.seq_len: unknown field"),
     ({"workload_params": {"tokens_per_sample": 32}}, "workload_params: a script workload takes its settings from its "
      "own arguments: put them in workload.args"),
 ])

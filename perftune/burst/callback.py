@@ -67,6 +67,14 @@ def active_meter() -> Optional[Meter]:
     return _active["meter"]
 
 
+def observe_batch(batch: Any, network: Any = None) -> None:
+    """A training batch of the script burst (and the network ``Model`` trains, loss included): its language-model
+    view reads the tokens per sample from the first one's shape (``script_lm``)."""
+    figures = _active["figures"]
+    if figures is not None and _active["meter"] is not None and not figures.lm.seen:
+        figures.observe(batch, network)
+
+
 def standalone_spec(out: Path, burst: BurstSettings, accuracy_samples: int, replicate: int = 0) -> TrialSpec:
     """The spec of a job measured by a hand-added callback: the job is its own workload."""
     import mindspore as ms
@@ -154,6 +162,7 @@ class Callback(MindSporeCallback):
         steps = max(1, now - self.last_step_num)
         self.last_step_num = now
         batch = _dataset_batch_size(getattr(cb, "train_dataset", None))
+        observe_batch(getattr(cb, "train_dataset_element", None), getattr(cb, "train_network", None))
         if meter.end(getattr(cb, "net_outputs", None), batch * steps, steps):
             self.finished(run_context)
 
@@ -209,6 +218,7 @@ def steps(iterable: Iterable) -> Iterator:
     meter.start()
     for batch in iterable:
         meter.begin()
+        observe_batch(batch)
         yield batch
         if meter.end(_take_loss(), batch_samples(batch)):
             raise BurstDone()

@@ -10,6 +10,7 @@ from perftune.burst.callback import attach_figures
 from perftune.burst.failures import one_line
 from perftune.burst.meter import Meter
 from perftune.burst.results import figure
+from perftune.burst.script_lm import ScriptLanguageModel
 from perftune.io.records import Accuracy, Note
 
 
@@ -23,6 +24,8 @@ class ScriptFigures:
         self.evaluate: Optional[Callable[[], dict]] = None
         self.values: dict[str, Optional[float]] = {}
         self.samples: Optional[int] = None
+        #: tokens per sample from the first training batch, perplexity where the loss is a token cross-entropy
+        self.lm = ScriptLanguageModel(meter.spec, meter.result)
         meter.accuracy_end = self.at_accuracy_end
         attach_figures(self)
 
@@ -59,11 +62,18 @@ class ScriptFigures:
                 self.samples = self.meter.samples_seen
         self.attach(acc)
 
+    def observe(self, batch: Any, network: Any = None) -> None:
+        """A training batch the script took (``callback.observe_batch``): the language-model view reads its
+        shape."""
+        self.lm.observe(batch, network)
+
     def attach(self, acc: Optional[Accuracy]) -> None:
-        if acc is None or not self.values:
+        if acc is None:
             return
-        acc.val_metrics = {k: v for k, v in self.values.items() if v is not None}
-        acc.val_metrics_samples = self.samples
-        acc.val_loss = self.values.get("loss", self.values.get("val_loss"))
-        if any(v is None for v in self.values.values()):
-            acc.nonfinite = True
+        if self.values:
+            acc.val_metrics = {k: v for k, v in self.values.items() if v is not None}
+            acc.val_metrics_samples = self.samples
+            acc.val_loss = self.values.get("loss", self.values.get("val_loss"))
+            if any(v is None for v in self.values.values()):
+                acc.nonfinite = True
+        self.lm.accuracy(acc)  # after val_loss: the perplexity is of the validation loss where there is one

@@ -116,6 +116,7 @@ class LoopIterator:
         self.end_step(frame)
         batch = next(self.inner)
         meter.begin()
+        callback.observe_batch(batch)
         self.previous = batch
         return batch
 

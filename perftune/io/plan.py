@@ -87,7 +87,8 @@ class DecisionRule(PlanRecord):
     equivalence: float = Field(0.03, ge=0, lt=1)
     #: processes of a candidate per comparison (the first included): an open comparison gets more, up to this
     max_runs: int = Field(4, ge=1, le=20)
-    #: wall-time budget of the sweep in seconds: past it, no more extra rounds or re-measures start (none: no limit)
+    #: cap on the sweep's wall time in seconds: no process starts that would end past it (``perftune.engine.budget``;
+    #: none: no limit)
     budget_s: Optional[float] = Field(None, gt=0)
     #: a process measured while other processes competed for the cores is measured again, at most this many times
     remeasure_contended: int = Field(1, ge=0, le=5)
@@ -154,6 +155,12 @@ class ScriptWorkload(PlanRecord):
     #: the script's own seed option (``--seed``): the accuracy gate's seed runs pass it ``--seed N`` (perftune
     #: seeds MindSpore, NumPy and the dataset itself in any case)
     seed_arg: Optional[str] = Field(None, min_length=1, max_length=100)
+    #: tokens in one sample, where the training batch's token ids do not say it (their sequence dimension is read
+    #: by default, see ``perftune.burst.script_lm``); 0: not a language model (no tokens/s)
+    tokens_per_sample: Optional[int] = Field(None, ge=0)
+    #: ``token_cross_entropy``: the script's loss is a mean token cross-entropy, so exp(loss) is a perplexity
+    #: (recognised without it where ``Model`` trains with a cross-entropy over token labels)
+    loss: Optional[Literal["token_cross_entropy"]] = None
 
     def __str__(self) -> str:
         return f"script:{Path(self.script).name}"
