@@ -28,17 +28,50 @@ SLOW_MODULES = {
     "test_burst", "test_burst_exit", "test_containment", "test_distributed", "test_executor_option", "test_faults",
     "test_graph_cache", "test_integrity", "test_integrity_resume", "test_mindcv_phases", "test_phase_routes",
     "test_ray", "test_script_loop", "test_script_workload", "test_step_equivalence", "test_sweep",
-    "test_sweep_signals", "test_user_files",
+    "test_sweep_signals", "test_user_files", "test_mindformers", "test_eager_sweep",
 }
 #: fixtures that run a real sweep: every test that reads one is ``slow`` too
 SWEEP_FIXTURES = {"quick_sweep", "lm_sweep", "eager_sweep", "compare_runs", "own_sweep", "rendered", "sealed"}
 
 
+#: the modules whose tests read the session sweeps ``quick_sweep`` and ``lm_sweep``: one pytest-xdist work unit
+#: (``pytest_xdist_make_scheduler``), so each sweep runs once; a reader elsewhere stops the collection
+SHARED_SWEEP_MODULES = {"test_sweep", "test_efficiency", "test_export", "test_report", "test_lm_view"}
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         module = item.module.__name__.rpartition(".")[2] if item.module else ""
-        if module in SLOW_MODULES or SWEEP_FIXTURES & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if module in SLOW_MODULES or SWEEP_FIXTURES & fixtures:
             item.add_marker(pytest.mark.slow)
+        if {"quick_sweep", "lm_sweep"} & fixtures and module not in SHARED_SWEEP_MODULES:
+            raise pytest.UsageError(f"{item.nodeid} reads a session sweep: add {module} to SHARED_SWEEP_MODULES "
+                                    "(tests/conftest.py), or the sweep runs again on another xdist worker")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which would answer first
+def pytest_xdist_make_scheduler(config, log):
+    """Work units of pytest-xdist: a module's tests stay together (its module fixtures, often a real sweep, run
+    once), and the modules reading the session sweeps form one unit.  A scheduler of our own because xdist 3.8's
+    ``loadgroup`` marks have no effect under pytest 9.2 (it renames ``item._nodeid``, which pytest 9.2 no longer
+    reads: every test was its own unit, and the eager sweep ran on both workers)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "shared sweeps" if Path(path).stem in SHARED_SWEEP_MODULES else path
+
+    return ByModule(config, log)
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one worker per core, at most 4 (each real burst is a MindSpore process of ~0.5 GB, and the
+    timing bounds of the signal tests assume a machine that is not oversubscribed several times over)."""
+    import os
+
+    return max(1, min(len(os.sched_getaffinity(0)), 4))
 
 
 #: a small, fast MLP: bursts of a few seconds
@@ -59,6 +92,10 @@ def write_plan(folder: Path, **fields) -> Path:
         "accuracy": {"samples": 256, "seeds": 1},
     }
     plan.update(fields)
+    # no re-measuring of a process the machine contended: a test's count of processes, and so the suite's time, must
+    # not depend on the load; paired processes of 2 short ABBA blocks (the default 6 x 0.5 s made one paired MLP
+    # process 20-100 s).  A test that looks at either says so in its own decision
+    plan["decision"] = {"remeasure_contended": 0, "paired_blocks": 2, "paired_window_s": 0.1, **plan["decision"]}
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{plan['name']}.yaml"
     path.write_text(yaml.safe_dump(plan, sort_keys=False))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import psutil
 import pytest
-from conftest import TINY_MLP, run_sweep_cli, write_plan
+from conftest import TINY_BURST, TINY_MLP, write_plan
 
 import perftune
 from perftune.io.records import RESULTS_SCHEMA_VERSION
@@ -112,53 +112,6 @@ def test_load_results_gives_dataframes(quick_sweep):
     assert (abs(total - results.splits["step_ms"]) <= 0.05 * results.splits["step_ms"]).all()
 
 
-@pytest.fixture(scope="module")
-def eager_sweep(tmp_path_factory):
-    """A compute-bound, eager (PyNative) baseline: a 4x batch sees 4x fewer updates at equal samples seen (so its
-    validation loss is worse, whatever its speed), 64 data workers cannot run here, and dataset sinking does nothing
-    on CPU.  Which of two configurations is faster is the machine's answer and is not asserted here."""
-    folder = tmp_path_factory.mktemp("eager_sweep")
-    plan = write_plan(folder, name="eager", baseline={"batch_size": 32, "mode": "pynative", "prefetch_size": 2},
-                      variables={"amp_level": ["O1"], "batch_size": [128], "num_parallel_workers": [64],
-                                 "dataset_sink_mode": [True]},
-                      # a fixed window, three seeds to calibrate the gate, no stack check: the sizing probes and the
-                      # stack check are tested on scripted runs (test_accuracy_gate, test_stack_check), and this sweep
-                      # cost 227 s with them
-                      accuracy={"metric": "val_loss", "rel_tolerance": 0.005, "samples": 1024, "seeds": 3,
-                                "verify_multiple": 0})
-    out = folder / "out"
-    run = run_sweep_cli(plan, out)
-    assert run.exit_code == 0, run.output
-    return SweepResult.model_validate_json((out / "results.json").read_text()), run.output, out
-
-
-def test_amp_trial_is_measured_and_decided(eager_sweep):
-    amp = by_label(eager_sweep[0])["+amp_level=O1"]
-    assert amp.result.status == "ok" and amp.result.windows and amp.result.knobs["amp_level"] == "O1"
-    assert amp.verdict in SINGLE_VERDICTS and amp.vs_baseline is not None, amp.reason
-
-
-def test_change_that_breaks_accuracy_is_never_kept(eager_sweep):
-    big = by_label(eager_sweep[0])["+batch_size=128"]
-    # the gate's answer does not depend on timing: worse val_loss at equal samples seen, named in the reason
-    assert big.accuracy_changes["val_loss"] > 0.005
-    assert big.verdict == "accuracy rejected", big.reason  # whatever its speed: never hidden behind it
-    assert "seed spreads worse" in big.reason  # judged against the baseline's seeds: val_loss or a curve point
-    assert big.result.accuracy.samples_seen == eager_sweep[0].trials[0].result.accuracy.samples_seen
-
-
-def test_a_trial_that_cannot_run_is_recorded_and_the_sweep_completes(eager_sweep):
-    result, output, out = eager_sweep
-    workers = by_label(result)["+num_parallel_workers=64"]
-    assert workers.verdict == "unsupported"
-    assert "exceeds the boundary" in workers.reason
-    assert result.status == "complete"
-    sink = by_label(result)["+dataset_sink_mode=true"]
-    assert sink.verdict == "no effect" and "has no effect on CPU" in sink.reason  # whatever its timing (issue 12)
-    assert "best:" in output
-    assert_consistent(result, out)
-
-
 def _sweep_cmd(plan: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "perftune.cli", "sweep", str(plan), "--out", str(out), "--no-progress",
             "--no-report"]
@@ -190,7 +143,9 @@ def _wait_for_trials(out: Path, n: int, proc: subprocess.Popen, timeout: float =
 
 
 def test_sigkilled_sweep_resumes_with_the_finished_trials(tmp_path):
+    # no profile: the resume is what is tested (a trial cut off while profiling: test_faults)
     plan = write_plan(tmp_path, name="resume", decision={"baseline_runs": 1, "max_runs": 1},
+                      burst={**TINY_BURST, "profile_steps": 0},
                       variables={"batch_size": [16], "train_step": ["function"]})
     out = tmp_path / "out"
     proc = subprocess.Popen(_sweep_cmd(plan, out), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
