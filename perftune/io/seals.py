@@ -60,7 +60,12 @@ def file_digest(path: Path) -> Optional[str]:
 def read_seals(out: Path) -> dict[str, str]:
     """trial id -> the SHA-256 its trial.json had when the sweep accepted it: the seals file's, and for a trial it
     does not name (it is missing or unreadable), the seal in the trial's own folder (``own_seal``)."""
-    seals = dict(load_seals(out)[0])
+    return with_own_seals(out, load_seals(out)[0])
+
+
+def with_own_seals(out: Path, central: dict[str, str]) -> dict[str, str]:
+    """``central`` (the seals file's) with the own seal of each trial folder it does not name."""
+    seals = dict(central)
     trials = Path(out) / TRIALS_DIR
     try:
         folders = [p for p in trials.iterdir() if p.name not in seals] if trials.is_dir() else []
@@ -207,7 +212,8 @@ class TrialSeals:
 def folder_doubts(out: Path) -> list[str]:
     """Every trial file of the sweep folder ``out`` that cannot be believed: unreadable, or changed since its seal
     (what ``report`` and ``compare`` say, as ``export`` does); first, seals lost from a folder that was sealed."""
-    seals, central = read_seals(out), load_seals(out)[0]
+    central = load_seals(out)[0]
+    seals = with_own_seals(out, central)
     lost = lost_seals(out)
     doubts = [f"{lost}: this folder was sealed, so its trial files can no longer be checked against their seals "
               f"(only against their own windows, the seal in each trial folder ({TRIAL_SEAL_NAME}) and "

@@ -113,7 +113,6 @@ def bottleneck_note(result: TrialResult, tried: Optional[Tried] = None, repeat: 
     return Bottleneck("balanced", f"no single phase dominates (largest: {top} {shares[top]:.0%})", "profile")
 
 
-
 def _dominant_share(result: TrialResult, group: str) -> Optional[tuple[str, float]]:
     """``(what, share)`` of the step that ``group``'s knobs act on, when it still dominates there: data waiting
     (at least ``DATA_BOUND_SHARE``; the profile's split, else the burst's timing) or forward + backward (at least

@@ -43,32 +43,36 @@ def cgroup2_mount() -> Optional[Path]:
     return None
 
 
+def proc_cgroup(mount: Path, pid: str) -> Optional[Path]:
+    """The cgroup v2 folder (under ``mount``) that ``/proc/PID/cgroup`` names on its ``0::`` line, or None where it
+    has none; OSError where the file cannot be read (the process is gone)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            return mount / line[3:].lstrip("/")
+    return None
+
+
 def own_cgroup() -> tuple[Optional[Path], str]:
     """This process's cgroup v2 folder, or None and why not."""
     mount = cgroup2_mount()
     if mount is None:
         return None, "no cgroup2 file system is mounted"
     try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        path = proc_cgroup(mount, "self")
     except OSError as exc:
         return None, f"/proc/self/cgroup cannot be read ({exc.strerror})"
-    for line in lines:
-        if line.startswith("0::"):
-            return mount / line[3:].lstrip("/"), ""
-    return None, "this process has no cgroup v2 (no 0:: line in /proc/self/cgroup)"
+    if path is None:
+        return None, "this process has no cgroup v2 (no 0:: line in /proc/self/cgroup)"
+    return path, ""
 
 
 def cgroup_of(pid: int) -> Optional[Path]:
     """The cgroup v2 folder of process ``pid``, or None where it is gone or has none."""
     mount = cgroup2_mount()
     try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        return proc_cgroup(mount, str(pid)) if mount is not None else None
     except OSError:
         return None
-    for line in lines:
-        if line.startswith("0::") and mount is not None:
-            return mount / line[3:].lstrip("/")
-    return None
 
 
 def _write(path: Path, text: str) -> None:
