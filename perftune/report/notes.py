@@ -68,6 +68,13 @@ def _compute_advice(knobs: dict, tried: Optional[Tried]) -> str:
     return _advice(tries, tried)
 
 
+def timing_data_share(result: TrialResult) -> Optional[float]:
+    """The step's wait for data as a share of the step, from the burst's own timing (where there is no profile)."""
+    if result.step_ms_median and result.data_wait_ms_median is not None:
+        return result.data_wait_ms_median / result.step_ms_median
+    return None
+
+
 def bottleneck_note(result: TrialResult, tried: Optional[Tried] = None, repeat: bool = False) -> Bottleneck:
     """The dominant phase of ``result``'s step and what to try for it; ``tried`` (:func:`tried_changes`) turns a
     suggestion the sweep measured into what happened to it; ``repeat``: a repeat process, which skips the profiler
@@ -77,8 +84,7 @@ def bottleneck_note(result: TrialResult, tried: Optional[Tried] = None, repeat: 
     knobs = result.knobs or {}
     splits = result.profile.splits if result.profile else None
     if splits is None or not splits.step_ms:
-        if result.step_ms_median and result.data_wait_ms_median is not None:
-            share = result.data_wait_ms_median / result.step_ms_median
+        if (share := timing_data_share(result)) is not None:
             if share >= DATA_BOUND_SHARE:
                 return Bottleneck("data", f"waiting for data is {share:.0%} of the step (burst timing, no profile): "
                                   + _advice(DATA_TRIES, tried), "burst timing")
@@ -120,9 +126,7 @@ def _dominant_share(result: TrialResult, group: str) -> Optional[tuple[str, floa
     splits = result.profile.splits if result.profile else None
     shares = splits.shares if splits is not None and splits.step_ms else None
     if group == "data":
-        share = shares["data"] if shares else (result.data_wait_ms_median / result.step_ms_median
-                                               if result.step_ms_median and result.data_wait_ms_median is not None
-                                               else None)
+        share = shares["data"] if shares else timing_data_share(result)
         return ("waiting for data", share) if share is not None and share >= DATA_BOUND_SHARE else None
     if group == "compute" and shares:
         share = shares["forward"] + shares["backward"]
