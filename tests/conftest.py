@@ -28,15 +28,23 @@ SLOW_MODULES = {
     "test_burst", "test_burst_exit", "test_containment", "test_distributed", "test_executor_option", "test_faults",
     "test_graph_cache", "test_integrity", "test_integrity_resume", "test_mindcv_phases", "test_phase_routes",
     "test_ray", "test_script_loop", "test_script_workload", "test_step_equivalence", "test_sweep",
-    "test_sweep_signals", "test_user_files", "test_mindformers", "test_eager_sweep",
+    "test_sweep_signals", "test_user_files", "test_mindformers", "test_eager_sweep", "test_eager_accuracy",
+    "test_range_sweep", "test_memory_limit",
 }
 #: fixtures that run a real sweep: every test that reads one is ``slow`` too
-SWEEP_FIXTURES = {"quick_sweep", "lm_sweep", "eager_sweep", "compare_runs", "own_sweep", "rendered", "sealed"}
+SWEEP_FIXTURES = {
+    "quick_sweep", "lm_sweep", "eager_sweep", "batch_sweep", "compare_runs", "own_sweep", "rendered", "sealed",
+}
 
 
-#: the modules whose tests read the session sweeps ``quick_sweep`` and ``lm_sweep``: one pytest-xdist work unit
-#: (``pytest_xdist_make_scheduler``), so each sweep runs once; a reader elsewhere stops the collection
-SHARED_SWEEP_MODULES = {"test_sweep", "test_efficiency", "test_export", "test_report", "test_lm_view"}
+#: the modules reading each session sweep: one pytest-xdist work unit per sweep (``pytest_xdist_make_scheduler``), so
+#: each runs once, and the two run on two workers; a reader elsewhere stops the collection
+SHARED_SWEEP_MODULES = {
+    "quick_sweep": {"test_sweep", "test_efficiency", "test_export", "test_report"},
+    "lm_sweep": {"test_lm_view"},
+}
+#: a module's work unit when it reads a session sweep
+SWEEP_UNIT = {module: f"{sweep} readers" for sweep, modules in SHARED_SWEEP_MODULES.items() for module in modules}
 
 
 def pytest_collection_modifyitems(items):
@@ -45,15 +53,16 @@ def pytest_collection_modifyitems(items):
         fixtures = set(getattr(item, "fixturenames", ()))
         if module in SLOW_MODULES or SWEEP_FIXTURES & fixtures:
             item.add_marker(pytest.mark.slow)
-        if {"quick_sweep", "lm_sweep"} & fixtures and module not in SHARED_SWEEP_MODULES:
-            raise pytest.UsageError(f"{item.nodeid} reads a session sweep: add {module} to SHARED_SWEEP_MODULES "
-                                    "(tests/conftest.py), or the sweep runs again on another xdist worker")
+        for sweep in SHARED_SWEEP_MODULES.keys() & fixtures:
+            if module not in SHARED_SWEEP_MODULES[sweep]:
+                raise pytest.UsageError(f"{item.nodeid} reads {sweep}: add {module} to SHARED_SWEEP_MODULES "
+                                        "(tests/conftest.py), or the sweep runs again on another xdist worker")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which would answer first
 def pytest_xdist_make_scheduler(config, log):
     """Work units of pytest-xdist: a module's tests stay together (its module fixtures, often a real sweep, run
-    once), and the modules reading the session sweeps form one unit.  A scheduler of our own because xdist 3.8's
+    once), and the modules reading one session sweep form one unit.  A scheduler of our own because xdist 3.8's
     ``loadgroup`` marks have no effect under pytest 9.2 (it renames ``item._nodeid``, which pytest 9.2 no longer
     reads: every test was its own unit, and the eager sweep ran on both workers)."""
     from xdist.scheduler import LoadScopeScheduling
@@ -61,7 +70,7 @@ def pytest_xdist_make_scheduler(config, log):
     class ByModule(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return "shared sweeps" if Path(path).stem in SHARED_SWEEP_MODULES else path
+            return SWEEP_UNIT.get(Path(path).stem, path)
 
     return ByModule(config, log)
 
@@ -88,7 +97,7 @@ def write_plan(folder: Path, **fields) -> Path:
         "baseline": {"batch_size": 32, "mode": "graph", "prefetch_size": 2},
         "decision": {"baseline_runs": 2, "max_runs": 2},
         # the window fixed (batch x steps) and one seed: no sizing probes and no seed runs, which these tests do not
-        # look at; the gate's own tests pass ``accuracy=`` (eager_sweep: three seeds; test_accuracy_gate: sizing)
+        # look at; the gate's own tests pass ``accuracy=`` (test_eager_accuracy: three seeds; test_accuracy_gate: sizing)
         "accuracy": {"samples": 256, "seeds": 1},
     }
     plan.update(fields)

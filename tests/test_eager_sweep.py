@@ -1,7 +1,7 @@
-"""The sweep on a real compute-bound, eager baseline: an AMP change measured and decided, a larger batch refused by
-the accuracy gate at equal samples seen, a knob the CPU cannot run recorded, one that does nothing there named.
-
-Its own module (and so its own xdist work unit, ``tests/conftest.py``): the sweep is the suite's longest fixture."""
+"""The sweep on a real compute-bound, eager baseline: an AMP change measured and decided, a knob the CPU cannot run
+recorded, one that does nothing there named.  The larger batch the accuracy gate refuses on the same baseline is
+``test_eager_accuracy.py``: two modules, so two xdist work units (``tests/conftest.py``) on two workers, for these were
+the suite's longest fixture as one sweep (165 s idle)."""
 
 from __future__ import annotations
 
@@ -14,17 +14,12 @@ from perftune.io.sweep_records import SweepResult
 
 @pytest.fixture(scope="module")
 def eager_sweep(tmp_path_factory):
-    """A compute-bound, eager (PyNative) baseline: a 4x batch sees 4x fewer updates at equal samples seen (so its
-    validation loss is worse, whatever its speed), graph kernel fusion cannot run on CPU, and dataset sinking does
+    """A compute-bound, eager (PyNative) baseline: graph kernel fusion cannot run on CPU, and dataset sinking does
     nothing on CPU.  Which of two configurations is faster is the machine's answer and is not asserted here."""
     folder = tmp_path_factory.mktemp("eager_sweep")
     plan = write_plan(folder, name="eager", baseline={"batch_size": 32, "mode": "pynative", "prefetch_size": 2},
-                      variables={"amp_level": ["O1"], "batch_size": [128], "graph_kernel": ["on"],
-                                 "dataset_sink_mode": [True]},
-                      # a fixed window, three seeds to calibrate the gate, no stack check: the sizing probes and the
-                      # stack check are tested on scripted runs (test_accuracy_gate, test_stack_check), and this sweep
-                      # cost 227 s with them
-                      accuracy={"metric": "val_loss", "rel_tolerance": 0.005, "samples": 1024, "seeds": 3,
+                      variables={"amp_level": ["O1"], "graph_kernel": ["on"], "dataset_sink_mode": [True]},
+                      accuracy={"metric": "val_loss", "rel_tolerance": 0.005, "samples": 1024, "seeds": 1,
                                 "verify_multiple": 0})
     out = folder / "out"
     run = run_sweep_cli(plan, out)
@@ -36,15 +31,6 @@ def test_amp_trial_is_measured_and_decided(eager_sweep):
     amp = by_label(eager_sweep[0])["+amp_level=O1"]
     assert amp.result.status == "ok" and amp.result.windows and amp.result.knobs["amp_level"] == "O1"
     assert amp.verdict in SINGLE_VERDICTS and amp.vs_baseline is not None, amp.reason
-
-
-def test_change_that_breaks_accuracy_is_never_kept(eager_sweep):
-    big = by_label(eager_sweep[0])["+batch_size=128"]
-    # the gate's answer does not depend on timing: worse val_loss at equal samples seen, named in the reason
-    assert big.accuracy_changes["val_loss"] > 0.005
-    assert big.verdict == "accuracy rejected", big.reason  # whatever its speed: never hidden behind it
-    assert "seed spreads worse" in big.reason  # judged against the baseline's seeds: val_loss or a curve point
-    assert big.result.accuracy.samples_seen == eager_sweep[0].trials[0].result.accuracy.samples_seen
 
 
 def test_a_trial_that_cannot_run_is_recorded_and_the_sweep_completes(eager_sweep):
