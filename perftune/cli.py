@@ -133,11 +133,14 @@ def main() -> None:
 def validate(plan_path: Path) -> None:
     """Check PLAN_PATH without running anything (exit 2 with one line per problem)."""
     from perftune.engine.plan_load import load_plan
+    from perftune.words.search_words import planned_text
 
     plan = load_plan(plan_path)
     n_values = sum(len(v) for v in plan.variables.values())
     click.echo(f"{plan_path}: ok ({plan.workload} on {plan.device}, {len(plan.variables)} variable(s), "
                f"{n_values} one-at-a-time trial(s))")
+    for name, searched in plan.ranges.items():
+        click.echo(f"  {planned_text(name, searched, plan.decision.search_steps)}")
 
 
 @main.command(name="knobs")

@@ -35,6 +35,7 @@ from perftune.report.tables import write_tables
 from perftune.runner import run_trial
 from perftune.runner.cgroup import containment_probe, driver_tag
 from perftune.runner.leftovers import kill_driver_leftovers
+from perftune.runner.memcg import memory_probe
 
 #: errors that mean the output cannot be written (not a bug): read-only file system, no space, quota, permission
 WRITE_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM)
@@ -122,6 +123,8 @@ def sweep(plan: Plan, out: Path, plan_path: Optional[Path] = None, fresh: bool =
         contained = containment_probe()
         if not contained.startswith("cgroup"):
             say(f"processes of each trial held by: {contained}")
+        if plan.burst.memory_limit_mb is not None and executor != "ray":  # refused here where not enforceable
+            say(memory_probe(plan.burst.memory_limit_mb))
         mark_own(out)
         if fresh:
             kept = clear_own(out)
@@ -187,6 +190,10 @@ def knob_lines(plan_path: Optional[Path] = None) -> list[str]:
         lines.append(f"  backends: {', '.join(backends)}")
         if knob.pairable:
             lines.append("  compared: pairable (one process, both pipelines, alternating windows; decision.paired)")
+        if knob.confined:
+            split = "wait for data" if knob.confined == "data" else "communication"
+            lines.append(f"  ceiling:  gains at most the step's {split}: not raced where that cannot pay "
+                         "decision.min_gain (decision.skip_cannot_gain)")
         if knob.retry_when_slower:
             lines.append("  stack:    retried on top of the stack even when slower alone (decision.retry_on_stack)")
         lines.append(f"  script:   {route.get(knob.script_route, 'through workload.knob_args or knob_config')}")

@@ -16,6 +16,7 @@ KnobGroup = Literal["data", "compute", "distributed"]
 KnobKind = Literal["choice", "int", "bool"]
 #: how a knob reaches a user's script from outside (``Knob.script_route``); "" = only through the plan's ``knob_args``
 ScriptRoute = Literal["context", "dataset", "model", ""]
+ConfinedSplit = Literal["data", "communication"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,9 @@ class Knob:
     #: a slower change is tried again on top of the stack (``decision.retry_on_stack``): a data-pipeline change's
     #: extra threads only take cores from a compute-bound step, and can help once the stack made the step fast
     retry_when_slower: bool = False
+    #: the split of the step a change of this knob is confined to (None: not confined): it can gain at most that
+    #: split, so a baseline that hardly waits there does not race it (``perftune.engine.ceilings``)
+    confined: Optional[ConfinedSplit] = None
 
     def normalize(self, value: Any) -> Any:
         """YAML 1.1 reads ``on``/``off`` as booleans; give them back their names where the knob has those choices."""
@@ -113,17 +117,17 @@ KNOBS: dict[str, Knob] = {
              choices=("none", "static", "dynamic"), script_route="model", model_pairable=True),
         Knob("num_parallel_workers", "int", 1, "dataset worker threads for map and batch (MindSpore refuses more than "
              "the machine's cores)", "data", minimum=1, maximum=256, script_route="dataset", pairable=True,
-             retry_when_slower=True),
+             retry_when_slower=True, confined="data"),
         Knob("prefetch_size", "int", 16, "dataset queue depth per operator (ds.config.set_prefetch_size)", "data",
-             minimum=1, maximum=1024, script_route="dataset"),
+             minimum=1, maximum=1024, script_route="dataset", confined="data"),
         Knob("dataset_autotune", "bool", False, "MindSpore's own dataset autotuning (ds.config.set_enable_autotune): "
              "it adjusts workers and queue sizes while training runs; compare it with perftune's choice", "data",
-             script_route="dataset"),
+             script_route="dataset", confined="data"),
         Knob("python_multiprocessing", "bool", False, "run the Python map in worker processes instead of threads "
-             "(escapes the GIL)", "data", pairable=True, retry_when_slower=True),
+             "(escapes the GIL)", "data", pairable=True, retry_when_slower=True, confined="data"),
         Knob("dataset_format", "choice", "numpy", "feed the data from NumPy arrays or from a MindRecord file "
              "(written once per dataset and reused)", "data", choices=("numpy", "mindrecord"), pairable=True,
-             retry_when_slower=True),
+             retry_when_slower=True, confined="data"),
         Knob("drop_remainder", "bool", True, "drop the last incomplete batch (avoids a shape change and a "
              "recompile)", "data"),
         Knob("grad_accum_steps", "int", 1, "split each batch into k micro-batches and accumulate their gradients "
@@ -190,6 +194,11 @@ def model_change(reference: dict[str, Any], candidate: dict[str, Any]) -> bool:
     """Whether two configurations' knobs differ in a model-side knob (``Knob.model_pairable``): a paired process
     of the two then builds two models, one per arm."""
     return any(model_pairable(k) for k in set(reference) | set(candidate) if reference.get(k) != candidate.get(k))
+
+
+def confined(name: str) -> Optional[ConfinedSplit]:
+    """The split of the step a change of knob ``name`` is confined to (``Knob.confined``; None for own knobs)."""
+    return KNOBS[name].confined if name in KNOBS else None
 
 
 def retry_when_slower(name: str) -> bool:

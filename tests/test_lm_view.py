@@ -2,7 +2,8 @@
 output; the accuracy gate saying which metrics cannot judge at this burst length; a wrapped third-party-style LM.
 
 The gate and the tables are tested on records the test builds (no timing); the outputs of a real tiny_gpt sweep
-(``lm_sweep`` in conftest.py) and one real burst of ``experiments/third_party_lm.py`` check the plumbing and files.
+(``lm_sweep`` in conftest.py) and one real burst of ``experiments/third_party_lm.py`` check the plumbing and files; the sweep's report is opened in
+headless Chromium as ``test_report.py`` opens the quick sweep's.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from test_report import chromium_path, copy_sweep, open_in_chromium
 
 from perftune.cli import main
 from perftune.engine.accuracy.gate import check, unjudged
@@ -99,7 +101,8 @@ class LMRunner:
 
 def scripted(tmp_path: Path, baseline_acc: Accuracy, tokens: int | None = 16):
     plan = Plan(name="lm", workload="tiny_gpt", baseline={"batch_size": 8}, variables={"prefetch_size": [4]},
-                decision={"baseline_runs": 2}, accuracy={"samples": 64, "seeds": 1})  # no seed runs to script
+                # no seed runs to script; the scripted step waits for no data: race prefetch_size all the same
+                decision={"baseline_runs": 2, "skip_cannot_gain": False}, accuracy={"samples": 64, "seeds": 1})
     out = tmp_path / "out"
     result = Sweep(plan, out, LMRunner(baseline_acc, tokens)).run()
     write_tables(result, out)
@@ -435,3 +438,27 @@ def test_the_plan_takes_the_script_language_model_fields(tmp_path):
     for bad in ({"loss": "mse"}, {"tokens_per_sample": -1}):
         with pytest.raises(PlanError):
             parse_plan({"name": "p", "workload": {"script": "train.py", **bad}}, base_dir=tmp_path)
+
+
+def test_language_model_report_in_headless_chromium(lm_sweep, tmp_path):
+    """A tiny_gpt sweep's report: tokens/s, perplexity and repetition columns, and the greedy samples of the baseline
+    and of the final stack side by side.  Which configuration ran faster is not this test's business: the copy names
+    the measured single (with its own real sample) as the final stack, so that both samples are there to show."""
+    chromium_path()
+    folder = copy_sweep(lm_sweep[0], tmp_path / "sweep")
+    results = json.loads((folder / "results.json").read_text())
+    base, single = results["trials"][0], next(t for t in results["trials"] if t["kind"] == "single")
+    assert base["result"]["status"] == single["result"]["status"] == "ok", (base["reason"], single["reason"])
+    results.update(best_trial_id=single["trial_id"], best_label=single["label"], best_vs_baseline=single["vs_baseline"])
+    (folder / "results.json").write_text(json.dumps(results))
+    page = open_in_chromium(write_report(folder), tmp_path / "browser")
+    facts = page["facts"]
+    assert page["errors"] == [], page["errors"]
+    for header in ("samples/s", "tokens/s", "perplexity", "repetition"):
+        assert header in facts["headers"], facts["headers"]
+    assert f"{base['result']['tokens_per_s']:.0f}" in facts["text"]
+    assert [s["trial"] for s in facts["samples"]] == [base["trial_id"], single["trial_id"]]
+    for shown, trial in zip(facts["samples"], (base, single)):
+        assert shown["text"] == trial["result"]["accuracy"]["sample_text"]
+    shown_text = facts["text"].lower()  # innerText applies the CSS (the card labels are upper-case)
+    assert "greedy samples" in shown_text and f"final stack: {single['label']}" in shown_text

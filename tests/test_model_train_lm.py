@@ -26,10 +26,11 @@ BURST = {"warmup_steps": 2, "steps": 10, "repeats": 2, "profile_steps": 3, "time
 pytestmark = pytest.mark.slow
 
 
-def burst(folder: Path, name: str, loop: bool) -> tuple[TrialResult, Path]:
+def burst(folder: Path, name: str, loop: bool, **workload) -> tuple[TrialResult, Path]:
     shutil.copy(SCRIPT, folder / SCRIPT.name)
     plan = {"name": name,
-            "workload": {"script": SCRIPT.name, "args": ["--epochs", "50", *(["--loop"] if loop else [])]},
+            "workload": {"script": SCRIPT.name, "args": ["--epochs", "50", *(["--loop"] if loop else [])],
+                         **workload},
             "device": "CPU", "burst": BURST, "accuracy": {"metric": "train_loss", "samples": 160, "seeds": 1},
             "baseline": {"mode": "graph"}, "decision": {"baseline_runs": 1}}
     path = folder / f"{name}.yaml"
@@ -44,8 +45,15 @@ def contended(result: TrialResult) -> bool:
 
 @pytest.mark.parametrize("loop", [False, True], ids=["model_train", "custom_loop"])
 def test_the_profiled_steps_are_the_timed_computation(tmp_path, loop):
-    result, out = burst(tmp_path, "lm", loop)
+    """Also ``workload.generate``: the plan's function samples the network the script trains (``Model``'s, or the
+    one its loop asked for gradients) at the accuracy window's end; the steps after it run as before."""
+    shutil.copy(SCRIPT.parent / "lm_generate.py", tmp_path / "lm_generate.py")
+    result, out = burst(tmp_path, "lm", loop, generate="lm_generate.py:generate")
     assert result.status == "ok", result.reason
+    acc = result.accuracy
+    assert acc.sample_text is not None and len(acc.sample_text) == 32, [n.text for n in result.notes]
+    assert acc.repetition_rate is not None and 0.0 <= acc.repetition_rate <= 1.0
+    assert not [n.text for n in result.notes if "workload.generate" in n.text]
     profile = result.profile
     assert profile is not None and profile.error is None and profile.splits is not None
     profiled = [r for r in result.steps if r.phase == "profiled"]
@@ -62,3 +70,4 @@ def test_the_profiled_steps_are_the_timed_computation(tmp_path, loop):
     assert agreement is not None and agreement.agree, agreement
     ratio = agreement.medians_ms["profiled"] / agreement.medians_ms["timed"]
     assert 1 / AGREE_LIMIT <= ratio <= AGREE_LIMIT
+

@@ -73,3 +73,25 @@ def test_the_warm_up_has_no_settling_allowance():
     agreement, note = check_phases(*first_process(SETTLING, [9.0] * 8))
     assert not agreement.agree and agreement.worst_phase == "warmup" and agreement.limit < SETTLING_LIMIT
     assert note is not None
+
+
+def test_the_progress_line_and_summary_say_faster_or_slower():
+    """The sweep's progress line and ``perftune run``'s phases line say the disagreeing phase's direction, as the
+    trial's note does (``x2.42 faster than the timed ones``), not a bare ``x2.42 the timed ones``."""
+    from types import SimpleNamespace
+
+    from perftune.io.records import PhaseAgreement
+    from perftune.report.summary import phase_lines
+    from perftune.words.reasons import phase_gap_text, process_flags
+
+    fast = PhaseAgreement(medians_ms={"accuracy": 2.0, "timed": 4.84}, worst_phase="accuracy", ratio=2.42,
+                          limit=1.3, agree=False)
+    slow = PhaseAgreement(medians_ms={"warmup": 9.0, "timed": 4.5}, worst_phase="warmup", ratio=2.0,
+                          limit=1.3, agree=False)
+    assert phase_gap_text(fast) == "the accuracy steps x2.42 faster than the timed ones"
+    assert phase_gap_text(slow) == "the warmup steps x2.00 slower than the timed ones"
+    trial = SimpleNamespace(excluded=None, reused=False, result=SimpleNamespace(node=None, phase_agreement=fast))
+    assert "(phases disagree: the accuracy steps x2.42 faster than the timed ones; its figures are suspect)" \
+        in process_flags(trial)
+    assert "DISAGREE: the warmup steps x2.00 slower than the timed ones" in phase_lines(SimpleNamespace(
+        phase_agreement=slow))[0]

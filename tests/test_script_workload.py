@@ -87,6 +87,12 @@ def test_script_plan_resolves_the_script_and_gates_on_training_loss(scripts):
     ({"accuracy": {"metric": "val_loss"}}, "accuracy.metric: 'val_loss' needs perftune's own validation pass"),
     ({"variables": {"workers": [2]}}, "variables.workers: knob 'workers' is not supported for a script workload"),
     ({"workload": {"script": "train.py", "seq_len": 32}}, "workload.seq_len: unknown field"),
+    ({"workload": {"script": "train.py", "generate": "sample.py:generate"}},
+     "workload.generate: 'sample.py' is not a file"),
+    ({"workload": {"script": "train.py", "generate": "train.py:generate"}},
+     "workload.generate: train.py has no top-level function 'generate' (its functions: "),
+    ({"workload": {"script": "train.py", "generate": "train.py"}},
+     "workload.generate: 'train.py': expected FILE.py:function"),
     ({"workload_params": {"tokens_per_sample": 32}}, "workload_params: a script workload takes its settings from its "
      "own arguments: put them in workload.args"),
 ])

@@ -284,3 +284,22 @@ def test_the_reference_row_carries_the_splits_of_the_profiled_baseline_process()
     assert row.configuration == "baseline" and row.trial_id != first.trial_id  # a process the sweep used
     assert row.data_ms == first.result.profile.splits.data_ms and row.forward_ms == first.result.profile.splits.forward_ms
     assert "splits: its run 1's (the profiled process)" in row.reason
+
+
+def test_splits_from_another_process_are_marked_with_that_process_step():
+    """The reference row's step is the process the sweep used (run 2), its splits the profiled process's (run 1):
+    the splits cell says which step they add up to, and the reason which process each figure is of."""
+    result = load_folder(SAMPLE).result
+    first = next(t for t in result.trials if t.kind == "baseline")
+    first.excluded = "3 of 3 timed windows contended (other processes used the cores): not used"
+    df = ablation_table(result)
+    row = df.iloc[0]
+    splits = first.result.profile.splits
+    assert row.splits_step_ms == splits.step_ms and row.step_ms != splits.step_ms
+    assert f"which add up to that process's mean step {splits.step_ms:.2f} ms, not to the step shown (run 2's)" \
+        in row.reason
+    cell = next(ln for ln in to_markdown(df, "val_loss").splitlines() if ln.startswith("| baseline |")).split(" | ")[5]
+    assert cell.endswith(f"{splits.other_ms:.2f} (of {splits.step_ms:.2f})")
+    # a process's own splits are not marked (the singles table: each process's own)
+    own = next(ln for ln in to_markdown(singles_table(result), "val_loss").splitlines() if ln.startswith("| baseline"))
+    assert "(of " not in own.split(" | ")[5]

@@ -137,3 +137,13 @@ def env_recording_mlp(params: dict, seed: int):
 
     Path(params["record"]).write_text(os.environ.get(params["env_var"], ""))
     return build({k: v for k, v in params.items() if k not in ("env_var", "record")}, seed)
+
+
+def returns_none(params: dict, seed: int):
+    """A ``build()`` that forgot its ``return``."""
+    print("built", params, seed)
+
+
+def wrong_type(params: dict, seed: int):
+    """A ``build()`` returning its parameters instead of a ``Workload``."""
+    return {"network": None}

@@ -236,7 +236,7 @@ class Meter:
             self.result.notes.append(disagreement)
         if self.batch_sizes:
             self.result.samples_per_step = self.batch_sizes.most_common(1)[0][0]
-        self.result.notes += finish_notes(self.batch_sizes, self.sink_steps)
+        self.result.notes += finish_notes(self.batch_sizes, self.sink_steps, self.records)
         read_memory(self.result, self.spec.device)
         self.result.wall_s = time.perf_counter() - self.started_wall
 

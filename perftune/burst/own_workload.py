@@ -57,7 +57,7 @@ class Burst:
         import mindspore as ms
         import mindspore.dataset as ds
 
-        from perftune.workloads import resolve
+        from perftune.workloads import build as build_workload
 
         spec, k = self.spec, self.k
         use_compile_cache(spec, self.result)  # before anything compiles
@@ -74,8 +74,8 @@ class Burst:
         ds.config.set_seed(spec.seed)
         ds.config.set_prefetch_size(int(k["prefetch_size"]))
         ds.config.set_enable_autotune(bool(k.get("dataset_autotune", False)))
-        workload = resolve(spec.workload)(dict(spec.workload_params),
-                                            spec.seed if spec.data_seed is None else spec.data_seed)
+        workload = build_workload(spec.workload, dict(spec.workload_params),
+                                  spec.seed if spec.data_seed is None else spec.data_seed)
         workload.check()
         self.workload = workload
         self.network, amp_effect = build_network(workload, k, self.result.notes)
@@ -257,13 +257,13 @@ def pair_model(spec: TrialSpec, notes: list[Note]) -> tuple[Any, Any]:
     import mindspore as ms
 
     from perftune.burst.train_step import NetWithLoss, build_train_step
-    from perftune.workloads import resolve
+    from perftune.workloads import build as build_workload
 
     pair, k = spec.pair, spec.pair.knobs
     ms.set_seed(spec.seed)
     np.random.seed(spec.seed)
-    workload = resolve(spec.workload)(dict(pair.workload_params),
-                                      spec.seed if spec.data_seed is None else spec.data_seed)
+    workload = build_workload(spec.workload, dict(pair.workload_params),
+                              spec.seed if spec.data_seed is None else spec.data_seed)
     network, _ = build_network(workload, k, notes)
     step = build_train_step(k["train_step"], NetWithLoss(network, workload.loss_fn),
                             workload.make_optimizer(network.trainable_params()), k["loss_scale"],

@@ -8,16 +8,17 @@ import os
 import resource
 from collections import Counter
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from perftune.burst import contention
 from perftune.burst.failures import one_line
-from perftune.io.derived import throughput
+from perftune.io.derived import loss_rise, throughput
 from perftune.io.plan import BurstSettings
 from perftune.io.records import Accuracy, Note, ProfileSummary, StepRecord, TrialResult, TrialSpec, WindowStats
 from perftune.knobs import model_change
+from perftune.words.lm import diverged_text, nonfinite_loss_text
 
 LOSS_TAIL_STEPS = 5  # the training loss at N samples is the mean of this many last steps
 
@@ -74,6 +75,22 @@ def training_accuracy(records: list[StepRecord], samples_seen: int, lr_scale: fl
         nonfinite=nonfinite,
         loss_curve=[(r.samples_seen, r.loss) for r in records if r.loss is not None],
     )
+
+
+def divergence_note(records: list[StepRecord]) -> Optional[Note]:
+    """A warning where the accuracy window's training loss diverged (``io.derived.loss_rise``'s rule, or a loss that
+    became NaN/Inf after finite ones), else None; the gate's verdicts are unchanged.  A window with no loss at all (a
+    script reporting none) says nothing."""
+    losses = [r.loss for r in records]
+    finite = [v for v in losses if v is not None]
+    if not finite:
+        return None
+    first_finite = next(i for i, v in enumerate(losses) if v is not None)
+    bad = next((i for i, v in enumerate(losses) if v is None and i > first_finite), None)
+    if bad is not None:
+        return Note(kind="warning", text=nonfinite_loss_text(bad + 1, len(losses), losses[bad - 1]))
+    rise = loss_rise(finite)
+    return Note(kind="warning", text=diverged_text(*rise, len(losses))) if rise else None
 
 
 #: a timed window takes at most this many times ``burst.steps`` steps, however short the steps are
@@ -183,9 +200,11 @@ def process_notes(spec: TrialSpec, windows: int) -> list[Note]:
     return []
 
 
-def finish_notes(batch_sizes: Counter, sink_steps: int) -> list[Note]:
-    """How the figures were made where the steps were unusual: batches of several sizes, dataset sinking."""
-    notes = []
+def finish_notes(batch_sizes: Counter, sink_steps: int, records: Sequence[StepRecord] = ()) -> list[Note]:
+    """How the figures were made where the steps were unusual: batches of several sizes, dataset sinking; and a
+    training loss that diverged in the accuracy window (``divergence_note`` on ``records``' accuracy steps)."""
+    diverged = divergence_note([r for r in records if r.phase == "accuracy"])
+    notes = [diverged] if diverged is not None else []
     if len(batch_sizes) > 1:
         notes.append(Note(kind="info", text=(
             f"the batches had {len(batch_sizes)} sizes ({', '.join(str(b) for b in sorted(batch_sizes))}); "

@@ -83,8 +83,9 @@ class ScriptBurst:
         np.random.seed(spec.seed)
         ds.config.set_seed(spec.seed)
         meter = Meter(spec, self.dir, self.result)
-        ScriptFigures(meter)
+        figures = ScriptFigures(meter)
         hooks = ScriptHooks(spec, self.imposed, meter, lambda: Callback(meter=meter, stop=True))
+        figures.network = lambda: hooks.network
         refuse_custom_loops(hooks.custom_loop_refusal())
         argv = script_argv(script.script, script.args, script.knob_args, spec.knobs)
         if script.seed_arg:  # the accuracy gate's seed runs: the script's own seed follows perftune's

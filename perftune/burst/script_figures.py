@@ -10,6 +10,7 @@ from perftune.burst.callback import attach_figures
 from perftune.burst.failures import one_line
 from perftune.burst.meter import Meter
 from perftune.burst.results import figure
+from perftune.burst.script_generate import sample_into
 from perftune.burst.script_lm import ScriptLanguageModel
 from perftune.io.records import Accuracy, Note
 
@@ -26,6 +27,8 @@ class ScriptFigures:
         self.samples: Optional[int] = None
         #: tokens per sample from the first training batch, perplexity where the loss is a token cross-entropy
         self.lm = ScriptLanguageModel(meter.spec, meter.result)
+        #: the network the script trains, for ``workload.generate`` (``ScriptBurst`` gives the hooks' finding)
+        self.network: Callable[[], Any] = lambda: None
         meter.accuracy_end = self.at_accuracy_end
         attach_figures(self)
 
@@ -61,6 +64,9 @@ class ScriptFigures:
             if figures is not None:
                 self.samples = self.meter.samples_seen
         self.attach(acc)
+        script = self.meter.spec.script
+        if script is not None and script.generate:
+            sample_into(acc, script.generate, self.network(), self.meter.result.notes)
 
     def observe(self, batch: Any, network: Any = None) -> None:
         """A training batch the script took (``callback.observe_batch``): the language-model view reads its

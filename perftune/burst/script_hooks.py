@@ -108,6 +108,20 @@ def loss_scale_manager(value: str):
     return None
 
 
+def noting_network(original: Callable, hooks: Any, also: Optional[Callable[[bool], None]] = None) -> Callable:
+    """``Cell.set_train`` / ``Cell.set_grad`` noting the first Cell put in training mode or asked for gradients as
+    the network the script trains (``ScriptHooks.network``; ``nn.TrainOneStepCell`` asks its network)."""
+
+    def call(cell, flag=True):
+        if also is not None:
+            also(flag)
+        if flag and hooks.network is None:
+            hooks.network = cell
+        return original(cell, flag)
+
+    return call
+
+
 class ScriptHooks:
     """Installed around the script's run (``install`` / ``remove``); ``asked`` holds what the script asked for."""
 
@@ -122,6 +136,9 @@ class ScriptHooks:
         self.pipeline: list[dict[str, Any]] = []
         self.trained = False
         self.loop = LoopState(meter)  # the script's own loop, found by its dataset iterators (``script_loop``)
+        #: the network the script trains: ``Model``'s, else the first Cell its loop put in training mode or asked
+        #: for gradients (``nn.TrainOneStepCell`` asks its network)
+        self.network: Any = None
         self.originals: list[tuple[Any, str, Any]] = []
 
     def patch(self, owner: Any, name: str, replacement: Any) -> None:
@@ -164,13 +181,13 @@ class ScriptHooks:
 
         for name in ("create_tuple_iterator", "create_dict_iterator"):
             self.patch(Dataset, name, wrap_iterator_factory(getattr(Dataset, name), self.loop))
-        original_set_train, loop = nn.Cell.set_train, self.loop
+        loop = self.loop
 
-        def set_train(cell, mode=True):
-            loop.eval_mode = not mode
-            return original_set_train(cell, mode)
+        def eval_mode(training: bool) -> None:
+            loop.eval_mode = not training
 
-        self.patch(nn.Cell, "set_train", set_train)
+        self.patch(nn.Cell, "set_train", noting_network(nn.Cell.set_train, self, eval_mode))
+        self.patch(nn.Cell, "set_grad", noting_network(nn.Cell.set_grad, self))
 
     def inside_model(self, original):
         """``Model``'s own iteration is measured by perftune's callback, not as a custom loop."""
@@ -199,6 +216,7 @@ class ScriptHooks:
             bound = signature.bind(model, *args, **kwargs)
             extra = dict(bound.arguments.pop("kwargs", {}))
             arguments = {name: v for name, v in bound.arguments.items() if name != "self"}
+            hooks.network = arguments.get("network", hooks.network)
             hooks.asked["Model"].append({"amp_level": printable(arguments.get("amp_level", "O0")),
                                          "loss_scale_manager": printable(extra.get("loss_scale_manager"))})
             if "amp_level" in hooks.imposed:

@@ -1,26 +1,9 @@
-"""Which changes are tried in what order: the singles by the baseline's bottleneck, the stack by measured gain."""
+"""Which changes the stack tries, in what order: by measured gain (the singles' order: ``ceilings.py``)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
-
 from perftune import knobs
-from perftune.io.records import DATA_BOUND_SHARE, TrialResult
-from perftune.io.sweep_records import OrderRule, SweepTrial
-
-
-def singles_by_bottleneck(singles: list[dict[str, Any]],
-                          first: Optional[TrialResult]) -> tuple[list[dict[str, Any]], OrderRule]:
-    """The singles in the order they are raced, and the rule as data: if the baseline's first process waited for
-    data at least ``DATA_BOUND_SHARE`` of the step, the data-pipeline knobs first, else the compute knobs (then the
-    rest in plan order)."""
-    data_share = None
-    if first is not None and first.status == "ok" and first.step_ms_median:
-        data_share = (first.data_wait_ms_median or 0) / first.step_ms_median
-    data_bound = data_share is not None and data_share >= DATA_BOUND_SHARE
-    group = knobs.in_group("data" if data_bound else "compute")
-    rule = OrderRule(data_share=data_share, threshold=DATA_BOUND_SHARE, first="data" if data_bound else "compute")
-    return sorted(singles, key=lambda c: 0 if next(iter(c)) in group else 1), rule
+from perftune.io.sweep_records import SweepTrial
 
 
 def stack_candidates(single_trials: list[SweepTrial], retry_on_stack: bool) -> list[SweepTrial]:

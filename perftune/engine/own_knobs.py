@@ -152,7 +152,9 @@ class OwnKnobCheck:
     def values_of(self, name: str) -> list[tuple[str, Any]]:
         out = [(f"baseline.{name}", self.baseline[name])] if name in self.baseline else []
         listed = self.plan.variables.get(name)
-        return out + [(f"variables.{name}[{i}]", v) for i, v in enumerate(listed or [])]
+        searched = self.plan.ranges.get(name)  # a range's two ends stand for its values (``engine.plan_ranges``)
+        return out + [(f"variables.{name}[{i}]", v) for i, v in enumerate(listed or [])] + [
+            (f"variables.{name}.range[{i}]", v) for i, v in enumerate(searched.range if searched else [])]
 
     def check_values(self, route: OwnRoute) -> None:
         name = route.name
@@ -167,6 +169,9 @@ class OwnKnobCheck:
             if not isinstance(value, SCALARS) and not (value is None and route.route == "env"):
                 return self.problems.append(f"{path}: {value!r} is not allowed (allowed: one value: an integer, a "
                                             "number, true | false or a string)")
+        if name in self.plan.ranges and type_name([self.baseline[name]]) != "int":
+            return self.problems.append(f"variables.{name}: a range needs an integer knob; the baseline of {name} "
+                                        f"is {self.baseline[name]!r}")
         kinds = {family(v) for _, v in values if v is not None}
         if len(kinds) > 1:
             return self.problems.append(f"variables.{name}: values of different types ({[v for _, v in values]}); "
@@ -202,7 +207,9 @@ def own_knob_rows(plan: Plan) -> list[dict[str, Any]]:
     """``perftune knobs --plan``: each knob the plan routes itself, with its route, type, baseline and values."""
     rows = []
     for route in routes(plan).values():
-        values = [plan.baseline.get(route.name)] + list(plan.variables.get(route.name, []))
+        searched = plan.ranges.get(route.name)
+        values = [plan.baseline.get(route.name)] + list(plan.variables.get(route.name, [])) + list(
+            searched.range if searched else [])
         rows.append({"name": route.name, "route": f"{route.where}: {route.describe()}",
                      "own": route.name not in knobs.KNOBS, "type": type_name([v for v in values if v is not None]),
                      "baseline": plan.baseline.get(route.name), "values": plan.variables.get(route.name, [])})

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from perftune import knobs
 from perftune.engine.own_knobs import check_own_knobs, declared, own_value_problem
+from perftune.engine.plan_ranges import split_ranges
 from perftune.engine.plan_yaml import MAX_PLAN_BYTES, PlanYAMLError, load_bounded
 from perftune.engine.script_plan import check_script_workload
 from perftune.errors import UserError
@@ -70,9 +71,9 @@ def _format_pydantic(err: ValidationError, data: dict) -> list[str]:
     return lines
 
 
-def _check_knob_values(plan_dict: dict, own: set[str]) -> list[str]:
+def _check_knob_values(plan_dict: dict, own: set[str], searched: dict[str, list[int]] | None = None) -> list[str]:
     """Registry knobs against the registry; ``own``: the names the plan routes itself (``engine.own_knobs`` checks
-    their values once the plan is typed)."""
+    their values once the plan is typed); ``searched``: the values each range may try (``engine.plan_ranges``)."""
     problems: list[str] = []
     baseline = plan_dict.get("baseline") or {}
     variables = plan_dict.get("variables") or {}
@@ -88,7 +89,8 @@ def _check_knob_values(plan_dict: dict, own: set[str]) -> list[str]:
                 problems += _check_one(f"variables.{name}", name, None)
                 continue
             if not isinstance(values, list) or not values:
-                problems.append(f"variables.{name}: expected a non-empty list of values (got {values!r})")
+                problems.append(f"variables.{name}: expected a non-empty list of values, or for a numeric knob "
+                                f"{{range: [lo, hi]}} (got {values!r})")
                 continue
             if name not in knobs.KNOBS:
                 continue
@@ -102,7 +104,7 @@ def _check_knob_values(plan_dict: dict, own: set[str]) -> list[str]:
                     )
             if len(set(map(repr, values))) != len(values):
                 problems.append(f"variables.{name}: values repeat ({values!r})")
-        problems += _check_combinations(effective_base, variables)
+        problems += _check_combinations(effective_base, {**variables, **(searched or {})})
     return problems
 
 
@@ -213,7 +215,8 @@ def parse_plan(data: Any, source: str = "plan", base_dir: Path | None = None) ->
         raise PlanError([f"(top level): expected a mapping of fields, got {type(data).__name__}"], source)
     data = _normalize_knobs(data)
     own, problems = declared(data)
-    problems += _check_knob_values(data, own)
+    data, range_problems, searched = split_ranges(data, own)
+    problems += range_problems + _check_knob_values(data, own, searched)
     problems += _check_distributed(data)
     problems += _check_machine(data)
     if isinstance(data.get("workload"), str):

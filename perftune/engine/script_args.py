@@ -75,19 +75,67 @@ def options_in(tree: ast.Module, path: Path) -> dict[str, ScriptOption]:
     return out
 
 
-def script_options(script: Path) -> dict[str, ScriptOption]:
-    """Every option the script (and its folder's modules it imports) declares literally; {} if none or unreadable."""
+def script_trees(script: Path) -> list[tuple[ast.Module, Path]]:
+    """The script's syntax tree and those of its folder's modules it imports ([] if the script is unreadable)."""
     try:
         tree = ast.parse(script.read_text(encoding="utf-8"), filename=str(script))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
-        return {}
-    found = options_in(tree, script)
+        return []
+    trees = [(tree, script)]
     for module in local_modules(tree, script.parent):
         try:
-            found = {**options_in(ast.parse(module.read_text(encoding="utf-8")), module), **found}
+            trees.append((ast.parse(module.read_text(encoding="utf-8")), module))
         except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
             continue
+    return trees
+
+
+def script_options(script: Path) -> dict[str, ScriptOption]:
+    """Every option the script (and its folder's modules it imports) declares literally; {} if none or unreadable."""
+    found: dict[str, ScriptOption] = {}
+    for tree, path in reversed(script_trees(script)):  # the script's own declarations win
+        found.update(options_in(tree, path))
     return found
+
+
+def all_options(script: Path) -> Optional[list[str]]:
+    """Every option the script can take, where its source says so completely, else None (nothing to refuse by).
+
+    Complete means: an ``argparse.ArgumentParser`` is made in the files read, every ``add_argument`` there names its
+    options literally (no ``*names``), no parser takes ``parents=`` (options declared elsewhere), and none parses
+    with ``parse_known_args`` (the rest may go to another parser)."""
+    trees = script_trees(script)
+    made = False
+    for tree, _ in trees:
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            if called == "ArgumentParser":
+                made = True
+                if any(k.arg == "parents" or k.arg is None for k in node.keywords):
+                    return None
+            elif called == "parse_known_args":
+                return None
+            elif called == "add_argument" and (any(not isinstance(a, ast.Constant) for a in node.args)
+                                               or any(k.arg is None for k in node.keywords)):
+                return None
+    if not made:
+        return None
+    names = list(script_options(script))
+    return names if names else None
+
+
+def unknown_option(option: str, known: Optional[list[str]]) -> Optional[str]:
+    """Why ``option`` is none of the script's (``all_options``), else None: unknown options are refused only where
+    the script's options are all known, and argparse's unique abbreviations (``--batch`` for ``--batch-size``) pass."""
+    if known is None or not option.startswith("-") or option in known:
+        return None
+    if option.startswith("--") and sum(k.startswith(option) for k in known) == 1:
+        return None
+    shown = [k for k in known if k.startswith("-") and k not in ("-h", "--help")]
+    listed = ", ".join(shown[:8]) + (", ..." if len(shown) > 8 else "")
+    return f"the script has no option {option!r} (its options: {listed})"
 
 
 def refusal(option: ScriptOption, given: str) -> Optional[str]:

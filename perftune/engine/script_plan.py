@@ -8,26 +8,30 @@ runs, naming the knob and the way to give it a route.
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection, Optional
 
 from perftune import knobs
-from perftune.engine.script_args import FLAG_VALUE_ACTIONS, refusal, script_options
+from perftune.engine.script_args import FLAG_VALUE_ACTIONS, all_options, refusal, script_options, unknown_option
 from perftune.errors import UserError
 from perftune.io.plan import ScriptWorkload
 from perftune.routes import given_value, option_of
 
 #: knobs a script burst cannot run at any value but the default (the burst of a script is one process)
-SCRIPT_UNSUPPORTED = ("workers",)
+SCRIPT_UNSUPPORTED = {"workers": "ranks launched by msrun"}  # built-ins a script cannot use: what each is
+#: an own knob's name to suggest where the plan routes a built-in's name (``SCRIPT_UNSUPPORTED``) into the script
+OWN_NAME_HINT = {"workers": "data_workers"}
 
 
 def knobs_in_play(data: dict) -> list[tuple[str, str]]:
     """(field path, knob) for every knob the plan sets in ``baseline`` or varies in ``variables``."""
     out = []
-    for section in ("baseline", "variables"):
+    for section in ("baseline", "variables", "ranges"):  # ranges: moved out of variables (``engine.plan_ranges``)
         values = data.get(section)
         if isinstance(values, dict):
-            out += [(f"{section}.{name}", name) for name in values if name in knobs.KNOBS]
+            out += [(f"{'variables' if section == 'ranges' else section}.{name}", name) for name in values
+                    if name in knobs.KNOBS]
     return out
 
 
@@ -42,6 +46,11 @@ def check_script_workload(data: dict, base_dir: Path) -> tuple[dict, list[str]]:
             problems.append(f"workload.script: {script!r} is not a file (looked for {path}; a script's path is "
                             "relative to the plan file)")
         data = {**data, "workload": {**work, "script": str(path)}}
+    generate = work.get("generate")
+    if isinstance(generate, str) and generate:
+        target, generate_problem = generate_target(generate, base_dir)
+        problems += [generate_problem] if generate_problem else []
+        data = {**data, "workload": {**data["workload"], "generate": target}}
     knob_args = work.get("knob_args") if isinstance(work.get("knob_args"), dict) else {}
     for name, entry in knob_args.items():
         option = option_of(entry)
@@ -58,7 +67,8 @@ def check_script_workload(data: dict, base_dir: Path) -> tuple[dict, list[str]]:
         problems.append(f"workload.seed_arg: {seed_arg!r} is also workload.knob_args.{clash[0]}; the script's seed "
                         "option must be its own")
     knob_config = work.get("knob_config") if isinstance(work.get("knob_config"), dict) else {}
-    problems += route_problems(knobs_in_play(data), {**knob_config, **knob_args})
+    env = [n for field in (work.get("knob_env"), data.get("knob_env")) if isinstance(field, dict) for n in field]
+    problems += route_problems(knobs_in_play(data), {**knob_config, **knob_args}, env)
     if data.get("workload_params"):  # a script takes no parameters from perftune: it would be silently ignored
         problems.append("workload_params: a script workload takes its settings from its own arguments: put them in "
                         "workload.args, or sweep them as your own knobs (workload.knob_args, workload.knob_config)")
@@ -67,15 +77,44 @@ def check_script_workload(data: dict, base_dir: Path) -> tuple[dict, list[str]]:
     return data, problems
 
 
-def route_problems(in_play: list[tuple[str, str]], routed: dict) -> list[str]:
+def generate_target(generate: str, base_dir: Path) -> tuple[str, Optional[str]]:
+    """``workload.generate`` with its file made absolute, and what is wrong with it (None: a top-level function of
+    that name is in that file)."""
+    where, _, name = generate.rpartition(":")
+    path = (base_dir / where).resolve() if where else None
+    usage = "expected FILE.py:function, the file relative to the plan, e.g. sample.py:generate"
+    if path is None or not name.isidentifier():
+        return generate, f"workload.generate: {generate!r}: {usage}"
+    if not path.is_file():
+        return generate, f"workload.generate: {where!r} is not a file (looked for {path}; {usage})"
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (SyntaxError, UnicodeDecodeError, OSError) as exc:
+        return generate, f"workload.generate: {where} cannot be read as Python: {exc}"
+    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if name not in names:
+        return generate, (f"workload.generate: {where} has no top-level function {name!r} (its functions: "
+                          f"{', '.join(sorted(names)) or 'none'})")
+    return f"{path}:{name}", None
+
+
+def route_problems(in_play: list[tuple[str, str]], routed: dict, env: Collection[str] = ()) -> list[str]:
     """One line per built-in knob (named at ``path``) that has no way into the script: no registry route and none
-    of the plan's (``routed``: its ``knob_args`` and ``knob_config``)."""
+    of the plan's (``routed``: its ``knob_args`` and ``knob_config``).  A built-in a script cannot use, routed by the
+    plan (``routed`` or ``env``: its ``knob_env`` names) as if it were the script's own option, is a name clash:
+    the line says so and how to name the own knob instead."""
     problems, seen = [], set()
     for path, name in in_play:
         if name in seen:
             continue
         seen.add(name)
-        if name in SCRIPT_UNSUPPORTED:
+        if name in SCRIPT_UNSUPPORTED and (name in routed or name in env):
+            own = OWN_NAME_HINT.get(name, f"script_{name}")
+            problems.append(f"{path}: knob {name!r} is perftune's built-in knob ({SCRIPT_UNSUPPORTED[name]}), "
+                            "which a script workload cannot use (a script burst is one process); to sweep your "
+                            f"script's own option give it another name, e.g. {own}, in the plan's knob_args, "
+                            "knob_config or knob_env and its baseline and variables")
+        elif name in SCRIPT_UNSUPPORTED:
             problems.append(f"{path}: knob {name!r} is not supported for a script workload (a script burst is "
                             "one process; run the script under msrun yourself and measure it with "
                             "perftune.Callback)")
@@ -123,16 +162,21 @@ def values_in_play(data: dict, name: str) -> list[Any]:
     out = [baseline[name]] if name in baseline else [default] if name in knobs.KNOBS else []
     listed = variables.get(name)
     out += listed if isinstance(listed, list) else []
+    searched = data.get("ranges", {}).get(name) if isinstance(data.get("ranges"), dict) else None
+    out += list(searched["range"]) if isinstance(searched, dict) else []  # its two ends (``engine.plan_ranges``)
     return [v for i, v in enumerate(out) if v not in out[:i]]
 
 
 def knob_arg_problems(data: dict, script: Path, knob_args: dict) -> tuple[dict, list[str]]:
     """A knob value the script's option cannot take as given (``script_args``): refused, with the field named.  A
     boolean knob reaches a ``store_true`` / ``store_false`` option by its presence: the entry gets its ``flag``."""
-    options = script_options(script)
+    options, known = script_options(script), all_options(script)
     problems, entries = [], dict(knob_args)
     for name, entry in knob_args.items():
         option = options.get(option_of(entry))
+        missing = unknown_option(option_of(entry), known)
+        if missing:
+            problems.append(f"workload.knob_args.{name}: {missing}")
         if option is None:  # not declared literally: cannot be checked here (script_args says what it misses)
             continue
         values = values_in_play(data, name)

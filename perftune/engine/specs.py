@@ -39,7 +39,8 @@ def make_spec(plan: Plan, knob_values: dict[str, Any], label: str, replicate: in
     for no more samples than that and the warm-up steps, so it needs no more steps than the first process did."""
     effective = knobs.effective({**plan.baseline, **knob_values})
     script = plan.workload if isinstance(plan.workload, ScriptWorkload) else None
-    script_knobs = sorted(set(plan.baseline) | set(plan.variables) | set(knob_values)) if script is not None else []
+    script_knobs = sorted(set(plan.baseline) | set(plan.variables) | set(plan.ranges) | set(knob_values)) \
+        if script is not None else []
     fields = {
         "workload": str(plan.workload),
         # the knobs routed to the workload's own parameters (``knob_params``) set them; without such knobs the

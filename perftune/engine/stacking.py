@@ -12,6 +12,7 @@ from typing import Any, Hashable, Iterator, Optional, Protocol
 from perftune.engine import order
 from perftune.engine.blocked import process_run
 from perftune.engine.stats import ProcessRun
+from perftune.io.records import TrialResult
 from perftune.io.sweep_records import FAILED_VERDICTS, ComparisonRecord, StackStep, SweepTrial, Why
 from perftune.knobs import label_of
 from perftune.words import lm, reasons
@@ -39,16 +40,23 @@ class StackingSweep(Protocol):
     def judge(self, trial: SweepTrial, which: str) -> None: ...
     def explain(self, trial: SweepTrial, why: Why) -> None: ...
     def say(self, line: str) -> None: ...
+    def cannot_gain(self, changes: dict[str, Any], on: Optional[TrialResult], where: str) -> bool: ...
 
 
-def stack(sweep: StackingSweep, single_trials: list[SweepTrial], retry_on_stack: bool) -> Iterator[StackStep]:
+def stack(sweep: StackingSweep, single_trials: list[SweepTrial], retry_on_stack: bool,
+          cannot_gain: list[dict[str, Any]] = ()) -> Iterator[StackStep]:
     """The stack's rows: the baseline, then the kept singles in order of gain, each raced against the stack below it
-    and kept or dropped.  The best stack is the last kept row (its ``trial_id`` is its configuration's key)."""
+    and kept or dropped; then the changes that could not gain on the baseline, each raced where the stack below it
+    raises its ceiling.  The best stack is the last kept row (its ``trial_id`` is its configuration's key)."""
     yield StackStep(label="baseline", trial_id=sweep.procs.first(sweep.base).trial_id, kept=True)
     current_changes: dict[str, Any] = {}
     current = sweep.base
-    for single in order.stack_candidates(single_trials, retry_on_stack):
-        changes = {**current_changes, **single.changes}
+    tries = [(t.changes, t) for t in order.stack_candidates(single_trials, retry_on_stack)]
+    for change, single in tries + [(c, None) for c in cannot_gain]:
+        changes = {**current_changes, **change}
+        if single is None and (not current_changes or sweep.cannot_gain(
+                change, sweep.procs.first(current).result, label_of(current_changes))):
+            continue  # its ceiling on the stack below is still too low (on the baseline alone: already said)
         if not current_changes:
             if single.verdict != "kept":
                 continue  # on top of the baseline alone, its one-at-a-time verdict already answers
@@ -69,7 +77,7 @@ def stack(sweep: StackingSweep, single_trials: list[SweepTrial], retry_on_stack:
             sweep.explain(trial, (trial.why or Why()).model_copy(update={"before": before}))
         reason = reasons.stack_reason(kept, trial)
         sweep.say(f"  stack {label_of(changes)}: {'kept' if kept else reason}{lm.verdict_suffix(trial.result)}")
-        yield StackStep(label=label_of(changes), change=dict(single.changes), trial_id=trial.trial_id, kept=kept,
+        yield StackStep(label=label_of(changes), change=dict(change), trial_id=trial.trial_id, kept=kept,
                         reason=reason)
         if kept:
             current_changes, current = changes, key

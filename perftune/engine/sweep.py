@@ -1,9 +1,9 @@
 """The sweep engine: baseline, one variable at a time, accuracy gate, stacking, leave-one-out; resumable.
 
 Order of work
-1. the baseline's first process (with the accuracy phase and the profile), whose profile sets the order: if waiting
-   for data is at least ``DATA_BOUND_SHARE`` of the step, the data-pipeline knobs go first, otherwise the compute
-   knobs do (then the rest in plan order);
+1. the baseline's first process (with the accuracy phase and the profile), whose splits set the order (each group
+   of knobs by the share of the step it can reach, ``ceilings.py``) and skip the changes confined to a split too
+   small to pay (``cannot gain``: tried on the stack once a stack row raises their ceiling);
 2. every value of every variable against the baseline, raced (``race.py``): ``R C1 R C2 R ...`` (R a cheap repeat
    process of the baseline), then ``C R`` rounds for the comparisons still open, each decided sequentially
    (``sequential.py``: faster / slower / equivalent, or undecided at ``decision.max_runs``), Benjamini-Hochberg
@@ -27,27 +27,29 @@ what finished and runs only what is missing.  ``results.json`` is rewritten (ato
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Hashable, Optional
 
 from perftune import knobs
-from perftune.engine import noop, order, stacking, verdicts
+from perftune.engine import ceilings, memory, noop, stacking, verdicts
+from perftune.engine.aa_check import aa_checks
 from perftune.engine.accuracy import gate as accuracy_gate
 from perftune.engine.accuracy import seeds as seed_runs
 from perftune.engine.accuracy import stack_check
 from perftune.engine.budget import Budget, spend_or_none, stack_check_runs
 from perftune.engine.lanes import ParallelRunner, lanes_of
-from perftune.engine.paired import PairedRun, decide_paired
+from perftune.engine.paired import PairedRun
 from perftune.engine.processes import Processes
 from perftune.engine.progress import SilentProgress, SweepProgress, most_lines
 from perftune.engine.race import Race
+from perftune.engine.search_runs import run_searches
 from perftune.engine.sequential import decide
-from perftune.engine.stats import Noise, Policy, benjamini_hochberg, compare
+from perftune.engine.stats import Noise, Policy, benjamini_hochberg
 from perftune.engine.trial_store import TrialRunner, TrialStore
 from perftune.io.outdir import clear_own
 from perftune.io.plan import Plan
+from perftune.io.records import TrialResult
 from perftune.io.sweep_records import (
     FAILED_VERDICTS,
     ComparisonRecord,
@@ -57,9 +59,7 @@ from perftune.io.sweep_records import (
     Why,
 )
 from perftune.words import lm, reasons, rules
-
-#: the reference of the sweep's A/A check (``aa_check``): the baseline's earlier half of processes
-AA_REFERENCE = "baseline (earlier runs)"
+from perftune.words.ceiling_words import ceiling_text
 
 
 def utc_now() -> str:
@@ -89,6 +89,7 @@ class Sweep:
         # a runner with lanes (a Ray cluster's nodes) measures each race's rounds side by side (``lanes.py``)
         self.parallel = run if isinstance(run, ParallelRunner) and run.lanes > 1 else None
         self.pairs: list[PairedRun] = []  # every paired process's blocks (``engine/paired.py``), in order
+        self.skipped: list[dict[str, Any]] = []  # the singles that cannot gain on the baseline: tried on the stack
 
     def say(self, line: str) -> None:
         """One progress line (a process measured, or a verdict); the bar grows past what was expected (an extra
@@ -127,12 +128,14 @@ class Sweep:
         decisions = race.run(candidates, reference)
         label = knobs.label_of(self.procs.configs[reference][0])
         self.record_noise()
-        return {c: verdicts.record(d, label) if d else None for c, d in decisions.items()}
+        return {c: memory.with_memory(verdicts.record(d, label) if d else None, self.procs.of, c, reference,
+                                      self.plan) for c, d in decisions.items()}  # peak memory beside the speed
 
     def informational(self, candidate: Hashable, reference: Hashable, label: str) -> Optional[ComparisonRecord]:
         """A comparison looked at once (not raced): e.g. a stack row against the baseline."""
         d = decide(self.procs.runs, candidate, reference, self.record_noise(), self.policy, looks=1)
-        return verdicts.record(d, label, final=False) if d else None
+        return memory.with_memory(verdicts.record(d, label, final=False) if d else None, self.procs.of, candidate,
+                                  reference, self.plan)
 
     def record_noise(self) -> Noise:
         """The sweep's pooled process noise so far, recorded in results.json."""
@@ -167,8 +170,17 @@ class Sweep:
 
     def order_singles(self, singles: list[dict[str, Any]]) -> list[dict[str, Any]]:
         first = self.baseline_runs[0].result if self.baseline_runs else None
-        ordered, self.result.order_rule = order.singles_by_bottleneck(singles, first)
+        ordered, self.result.order_rule = ceilings.order_singles(singles, first)
         return ordered
+
+    def cannot_gain(self, changes: dict[str, Any], on: Optional[TrialResult], where: str) -> bool:
+        """Whether ``changes`` cannot gain ``decision.min_gain`` on the process ``on`` (its ceiling from ``on``'s
+        splits, recorded with where it was read); a change not confined to one split always can."""
+        c = ceilings.judged(changes, on, where, self.plan.decision)
+        self.result.ceilings += [c] if c else []
+        if c and not c.raced:
+            self.say(f"  {c.label}: cannot gain{'' if where == 'baseline' else ' on ' + where}: {ceiling_text(c)}")
+        return bool(c and not c.raced)
 
     def run(self) -> SweepResult:
         singles = self.singles()
@@ -180,8 +192,8 @@ class Sweep:
             self.store.check_earlier()
             self.plan, self.result.accuracy_calibration = seed_runs.calibrate_sweep(self, self.budget.room)
             self.procs.plan = self.plan  # the sized accuracy window: every spec from here on is judged at it
-            if self.baseline(len(singles)):
-                self.stack(self.one_at_a_time(singles))
+            if self.baseline(len(singles) + len(self.plan.ranges)):
+                self.stack(self.one_at_a_time(singles + run_searches(self)))  # ranges' found values: singles
                 self.leave_one_out()
                 self.budget.reserve("the stack check", stack_check_runs(self.plan, self.result.stack))
                 self.result.stack_check = stack_check.verify_sweep(self)  # the final stack at a longer window
@@ -212,9 +224,13 @@ class Sweep:
 
     def one_at_a_time(self, singles: list[dict[str, Any]]) -> list[SweepTrial]:
         """Every value of every variable raced against the baseline, with its verdict; their first processes."""
-        keys = [self.procs.register(changes, "single") for changes in self.order_singles(singles)]
+        first = self.baseline_runs[0].result
+        ordered = self.order_singles(singles)
+        self.skipped += [c for c in ordered if self.cannot_gain(c, first, "baseline")]
+        keys = [self.procs.register(changes, "single") for changes in ordered if changes not in self.skipped]
         comparisons = self.race(keys, self.base)
-        self.aa_check()
+        self.result.aa_check, self.result.aa_paired = aa_checks(self.procs, self.base, self.policy, self.record_noise,
+                                                                paired=self.parallel is None)
         keys = [k for k in keys if self.procs.of[k]]  # the budget may have left some unmeasured
         measured = [k for k in keys if comparisons[k] is not None]
         found = benjamini_hochberg([comparisons[k].p_value for k in measured], 1 - self.plan.decision.confidence)
@@ -231,29 +247,10 @@ class Sweep:
             self.say(f"  {trial.label}: {trial.verdict}: {trial.reason}{lm.verdict_suffix(trial.result)}")
         return [self.procs.first(k) for k in keys]
 
-    def aa_check(self) -> None:
-        """The baseline's later usable processes against its earlier ones (the later half in measured order against
-        the earlier half): how far the machine drifted over the singles, from every baseline process the race
-        measured anyway.  The first against the last alone, one process each, gave the quickstart +-19-21%, the
-        between-process noise of two processes rather than the machine's drift."""
-        base_runs = [r for r in self.procs.runs if r.config == self.base]
-        base_runs = [r for r in base_runs if r.node == base_runs[0].node] if base_runs else []  # one machine's drift
-        if len(base_runs) > 1:
-            # the processes as measured (their contention included); independent groups, looked at once
-            runs, half = [replace(r, remeasured=0) for r in base_runs], len(base_runs) // 2
-            d = compare(runs[:half], runs[half:], self.record_noise(), self.policy)
-            self.result.aa_check = verdicts.record(d, AA_REFERENCE, final=False)
-        pairable = [k for k in self.procs.configs if k != self.base and self.procs.pairable(self.base, k)]
-        if pairable and self.parallel is None:  # the sweep compares in paired processes: their own A/A check
-            runs = [r for r in spend_or_none(lambda: [self.procs.measure_pair(self.base, self.base)
-                                                      for _ in range(2)]) or [] if r is not None]  # both arm orders
-            d = decide_paired(runs, self.policy, looks=1) if runs else None
-            self.result.aa_paired = verdicts.record(d, "baseline (other pipeline)", final=False) if d else None
-
     def stack(self, single_trials: list[SweepTrial]) -> None:
         """The stack's rows as stacking decides them, each saved; the best stack is the last one kept."""
         self.result.stack = []
-        for step in stacking.stack(self, single_trials, self.plan.decision.retry_on_stack):
+        for step in stacking.stack(self, single_trials, self.plan.decision.retry_on_stack, self.skipped):
             self.result.stack.append(step)
             self.store.save()
         best = [s for s in self.result.stack if s.kept][-1]

@@ -3,7 +3,9 @@ trial that measured nothing, one rank's summary.  Kept apart from ``records`` so
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
+
+import numpy as np
 
 from perftune.io.records import RankSummary, TrialResult, TrialSpec, TrialStatus, WindowStats
 
@@ -87,3 +89,21 @@ STEP_PHASES = ("accuracy", "warmup", "timed", "profiled")
 def step_compiles(result: TrialResult) -> dict[str, int]:
     """``result.compiles`` of the training step's phases (one graph per model: every phase runs the same graph)."""
     return {k: v for k, v in result.compiles.items() if k in STEP_PHASES}
+
+
+#: divergence (``loss_rise``): the last quarter's median training loss above this many times the first steps'
+DIVERGED_FACTOR = 2.0
+DIVERGED_HEAD_STEPS = 3  # the first steps' median: of this many updates (one odd first update does not move it)
+DIVERGED_MIN_STEPS = 8  # fewer finite losses than this: too few for the rule
+
+
+def loss_rise(losses: Sequence[float]) -> Optional[tuple[float, float]]:
+    """(first steps' median, last quarter's median) of an accuracy window's finite training losses where training
+    diverged, else None.  The rule: with at least ``DIVERGED_MIN_STEPS`` losses, the median of the last quarter of
+    them is above ``DIVERGED_FACTOR`` x the median of the first ``DIVERGED_HEAD_STEPS`` (a positive one).  Medians,
+    so one spike at either end decides nothing."""
+    if len(losses) < DIVERGED_MIN_STEPS:
+        return None
+    head = float(np.median(losses[:DIVERGED_HEAD_STEPS]))
+    tail = float(np.median(losses[-max(len(losses) // 4, 1):]))
+    return (head, tail) if head > 0 and tail > DIVERGED_FACTOR * head else None

@@ -44,6 +44,10 @@ class BurstSettings(PlanRecord):
     #: ``perftune.burst.drain.DRAIN_S``; 0: no drain); ``perftune.burst.drain.drain_done`` says why it is bounded
     #: by time
     drain_s: Optional[float] = Field(None, ge=0, le=600)
+    #: every trial process runs under this memory limit, enforced by the kernel in a memory cgroup per trial
+    #: (``perftune.runner.memcg``; on CPU it stands in for device memory): a trial past it is recorded "oom" and the
+    #: sweep goes on.  Under msrun, per rank.  None: no limit; refused where no memory cgroup can be used
+    memory_limit_mb: Optional[float] = Field(None, gt=0, le=2**30)
 
 
 class AccuracyGate(PlanRecord):
@@ -97,6 +101,10 @@ class DecisionRule(PlanRecord):
     baseline_runs: int = Field(3, ge=1, le=20)
     #: also try the not-significant, equivalent and undecided changes on top of the stack (the bottleneck may move)
     retry_on_stack: bool = True
+    #: a change confined to one split of the step (``perftune knobs``: confined) whose ceiling from the baseline's
+    #: own splits is below ``min_gain`` is not raced alone (``cannot gain``), only on a stack that raises its ceiling
+    #: (``perftune.engine.ceilings``); false races every change
+    skip_cannot_gain: bool = True
     #: a change of the data pipeline alone (``perftune knobs``: pairable) is decided, after its first process, by
     #: paired processes: both pipelines feed one model in one process, windows alternating (``engine/paired.py``);
     #: false: every comparison in fresh processes
@@ -104,6 +112,9 @@ class DecisionRule(PlanRecord):
     #: ABBA blocks (4 timed windows each, at least ``paired_window_s`` long) per paired process
     paired_blocks: int = Field(6, ge=1, le=200)
     paired_window_s: float = Field(0.5, gt=0, le=600)
+    #: comparisons one range search (``variables: {knob: {range: [lo, hi]}}``, ``perftune.engine.search``) may
+    #: make before it stops at the best value so far
+    search_steps: int = Field(6, ge=1, le=100)
 
 
 class DistributedSettings(PlanRecord):
@@ -121,6 +132,33 @@ class DistributedSettings(PlanRecord):
 
 
 KnobValue = Union[bool, int, float, str]
+#: how a range's values step: every integer, or the powers of two between its ends
+RangeScale = Literal["linear", "log2"]
+
+
+class KnobRange(PlanRecord):
+    """``variables: {kernel_threads: {range: [1, 8]}}``: a numeric knob searched for its fastest value instead of
+    listed (``perftune.engine.search``); ``until: fits`` first finds the largest value that fits in memory.  The
+    loader moves it from ``variables`` to ``Plan.ranges`` and checks it (``perftune.engine.plan_ranges``)."""
+
+    range: list[int] = Field(min_length=2, max_length=2)  # [lo, hi], both tried, lo < hi
+    scale: RangeScale = "linear"
+    until: Optional[Literal["fits"]] = None
+
+    @property
+    def lo(self) -> int:
+        return self.range[0]
+
+    @property
+    def hi(self) -> int:
+        return self.range[1]
+
+    def values(self) -> list[int]:
+        """Every value a search may try, ascending: lo..hi, or the powers of two between them (``log2``)."""
+        if self.scale == "linear":
+            return list(range(self.lo, self.hi + 1))
+        return [2 ** k for k in range(max(self.lo, 1).bit_length() - 1, self.hi.bit_length())
+                if self.lo <= 2 ** k <= self.hi]
 
 
 class KnobArg(PlanRecord):
@@ -161,6 +199,10 @@ class ScriptWorkload(PlanRecord):
     #: ``token_cross_entropy``: the script's loss is a mean token cross-entropy, so exp(loss) is a perplexity
     #: (recognised without it where ``Model`` trains with a cross-entropy over token labels)
     loss: Optional[Literal["token_cross_entropy"]] = None
+    #: ``FILE.py:function`` (relative to the plan file): ``function(network)`` returns a greedy sample (token ids,
+    #: or text) of the network the script trains, called at the accuracy window's end for the repetition check
+    #: (``perftune.burst.script_generate``)
+    generate: Optional[str] = Field(None, min_length=3, max_length=500)
 
     def __str__(self) -> str:
         return f"script:{Path(self.script).name}"
@@ -185,6 +227,9 @@ class Plan(PlanRecord):
     burst: BurstSettings = Field(default_factory=BurstSettings)
     baseline: dict[str, Any] = Field(default_factory=dict)
     variables: dict[str, list[Any]] = Field(default_factory=dict)
+    #: numeric knobs searched over a range instead of listed: written in ``variables`` as ``{range: [lo, hi]}``,
+    #: moved here by the loader (``perftune.engine.plan_ranges``)
+    ranges: dict[str, KnobRange] = Field(default_factory=dict)
     accuracy: AccuracyGate = Field(default_factory=AccuracyGate)
     decision: DecisionRule = Field(default_factory=DecisionRule)
     output_dir: Optional[str] = None

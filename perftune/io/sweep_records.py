@@ -7,11 +7,12 @@ from typing import Any, Literal, Optional
 from pydantic import Field
 
 from perftune.io.accuracy_window import StackCheck, WindowReach
-from perftune.io.plan import Plan
+from perftune.io.plan import KnobRange, Plan
 from perftune.io.records import RESULTS_SCHEMA_VERSION, Accuracy, Environment, Record, TrialResult, TrialStatus
 
-#: ``repeat``: a further process of a single or stack configuration, measured while its comparison was open
-TrialKind = Literal["baseline", "single", "stack", "leave_one_out", "repeat"]
+#: ``repeat``: a further process of a single or stack configuration, measured while its comparison was open;
+#: ``search``: a value a range search tried (its found value's first process is the knob's ``single``)
+TrialKind = Literal["baseline", "single", "stack", "leave_one_out", "repeat", "search"]
 #: a trial's verdict in the sweep (a comparison's is ``ComparisonVerdict``, the interval's state
 #: ``stats.IntervalOutcome``)
 TrialVerdict = Literal[
@@ -27,10 +28,27 @@ ComparisonVerdict = Literal["faster", "slower", "not significant", "equivalent",
 Design = Literal["processes", "paired"]
 
 #: which knobs the sweep races first (``OrderRule``)
-KnobGroupFirst = Literal["data", "compute"]
+KnobGroupFirst = Literal["data", "compute", "distributed"]
 
 #: verdicts of trials that measured nothing (their status, as the verdict)
 FAILED_VERDICTS = ("failed", "timeout", "oom", "unsupported")
+
+
+class MemoryComparison(Record):
+    """A trial's peak memory relative to its reference's, with its interval over the processes measured
+    (``perftune.engine.memory``): beside the speed, what a change costs or frees in memory."""
+
+    measure: Literal["device", "host_rss"]  # device peak where every process has one, else the host RSS peak
+    ratio: float  # candidate / reference peak (< 1: the candidate needs less)
+    ci_low: float
+    ci_high: float
+    processes: int  # candidate processes measured
+    reference_processes: int
+    candidate_mb: float  # the geometric means of the processes' peaks
+    reference_mb: float
+    #: ``burst.memory_limit_mb`` where the plan sets one: what the change frees (< 0: takes) against it, in MB
+    limit_mb: Optional[float] = None
+    frees_mb: Optional[float] = None
 
 
 class ComparisonRecord(Record):
@@ -63,6 +81,7 @@ class ComparisonRecord(Record):
     #: undecided before ``decision.max_runs``: the rest of the budget was unlikely to decide it (a futility stop)
     futile: bool = False
     reason: str = ""  # the decision in words (``perftune.words.reasons.comparison_text`` of the fields above)
+    memory: Optional[MemoryComparison] = None  # peak memory against the same reference (None: not measured)
 
 
 class RatioPart(Record):
@@ -140,6 +159,20 @@ class StackStep(Record):
     reason: str = ""
 
 
+class KnobCeiling(Record):
+    """The most a change confined to one split of the step can gain: the whole split removed
+    (``perftune.engine.ceilings``).  A ceiling below ``1 + decision.min_gain`` is not raced: ``cannot gain``."""
+
+    label: str  # the change, as ``+num_parallel_workers=2``
+    changes: dict[str, Any]
+    split: Literal["data", "communication"]
+    split_ms: float  # the larger of the burst's timed wait and the profile's split
+    step_ms: float
+    ceiling: Optional[float] = None  # step / (step - split); None: the split is the whole step
+    where: str = "baseline"  # the configuration it was read from: the baseline, or a stack row's label
+    raced: bool = True  # False: the change cannot gain there, and was not measured there
+
+
 class NodeComparison(Record):
     """A configuration on the nodes that ran it (``perftune.engine.blocked``): its ratio to the baseline within each
     node, beside the sweep's own comparison with the baseline (before results schema 4: a second comparison of all
@@ -208,6 +241,10 @@ class OrderRule(Record):
     data_share: Optional[float] = None  # the baseline's first process: share of the step waiting for data
     threshold: float = 0.0  # data-bound from this share on
     first: Optional[KnobGroupFirst] = None  # None: written before results schema 6
+    #: the share of the step each group of knobs can reach (``perftune.engine.ceilings.group_shares``), and the
+    #: groups in the order raced; empty in files written before the order followed the ceilings
+    shares: dict[str, float] = Field(default_factory=dict)
+    groups: list[KnobGroupFirst] = Field(default_factory=list)
     legacy: str = ""  # written before results schema 6: the rule in words
 
 
@@ -236,6 +273,66 @@ class AccuracyCalibration(Record):
     reach: Optional[WindowReach] = None  # what the window reached on the baseline's curve
 
 
+#: why a range search stopped (``perftune.engine.search``): no neighbour faster by ``min_gain`` (peak), the fastest
+#: at the range's end (edge: a value beyond might be faster), at the largest value that fits (fits), the comparison
+#: budget spent (budget), a process failed where it stood (failed), the sweep's ``budget_s`` spent (time)
+SearchStop = Literal["peak", "edge", "fits", "budget", "failed", "time"]
+#: a range search's comparison of a candidate with the value it stood at
+StepOutcome = Literal["better", "not better", "worse", "accuracy rejected", "failed"]
+
+
+class SearchStep(Record):
+    """One comparison of a range search: ``candidate`` raced against ``reference``, the value it stood at."""
+
+    candidate: int
+    reference: int
+    outcome: StepOutcome
+    comparison: Optional[ComparisonRecord] = None
+    reason: str = ""  # accuracy rejected / failed: why, in the gate's or the burst's words
+
+
+class FitTry(Record):
+    """One value an ``until: fits`` search measured on its way up: its first process's status (not ok: it does not
+    fit; ``oom`` is the usual answer)."""
+
+    value: int
+    status: TrialStatus
+    trial_id: str = ""
+
+
+class SearchPoint(Record):
+    """One value on a searched knob's curve: its fresh processes' throughput (geometric mean) and 95% interval
+    from the sweep's process noise."""
+
+    value: int
+    samples_per_s: float
+    ci_low: float
+    ci_high: float
+    processes: int
+
+
+class SearchRecord(Record):
+    """One range search (``perftune.engine.search``): where it started and why, what it compared, what it found and
+    why it stopped.  The found value's first process is then the knob's single, judged against the baseline."""
+
+    knob: str
+    range: KnobRange
+    start: int
+    start_rule: Literal["cores", "middle", "largest fit"]
+    cores: Optional[int] = None  # the machine's cores where the start followed them (num_parallel_workers)
+    budget: int = 0  # decision.search_steps
+    min_gain: float = 0.0  # decision.min_gain: the least gain that moves the search
+    fits: list[FitTry] = Field(default_factory=list)  # until: fits, in the order measured
+    largest_fit: Optional[int] = None
+    steps: list[SearchStep] = Field(default_factory=list)
+    tried: list[int] = Field(default_factory=list)  # every value measured, in the order first measured
+    found: Optional[int] = None  # None: nothing usable (every value failed)
+    found_trial_id: Optional[str] = None
+    stopped: SearchStop = "peak"
+    processes: int = 0  # processes the search measured (fresh and paired, contended ones included)
+    curve: list[SearchPoint] = Field(default_factory=list)  # the tried values' throughput, ascending
+
+
 class SweepResult(Record):
     """``results.json``: everything a report, a notebook or ``perftune compare`` needs."""
 
@@ -249,7 +346,10 @@ class SweepResult(Record):
     finished_utc: Optional[str] = None
     wall_s: Optional[float] = None
     order_rule: Optional[OrderRule] = None
+    #: each confined change's ceiling where it was judged (the baseline, then the stack rows that raised it)
+    ceilings: list[KnobCeiling] = Field(default_factory=list)
     trials: list[SweepTrial] = Field(default_factory=list)
+    searches: list[SearchRecord] = Field(default_factory=list)  # every range search, in plan order
     stack: list[StackStep] = Field(default_factory=list)
     aa_check: Optional[ComparisonRecord] = None  # baseline replicate vs the first baseline run
     #: the baseline against itself in one paired process: the check of the paired comparisons (None: none made)

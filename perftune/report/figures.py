@@ -255,7 +255,8 @@ def loss_plot(curves: Sequence[dict], metric: str, tolerance: Optional[float], b
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [2.2, 1]})
     _loss_curves(left, curves)
     seed_limit = _seed_band(left, right, band)
-    left.legend(fontsize="x-small", frameon=False, loc="lower left")
+    if left.get_legend_handles_labels()[0]:  # no curve points (a record without its loss curve): no legend
+        left.legend(fontsize="x-small", frameon=False, loc="lower left")
     if any(_ok(c.get("value")) for c in curves):
         _gate_panel(right, curves, metric, tolerance, band, seed_limit)
     else:

@@ -27,6 +27,7 @@ from perftune.report.extra import extra_context
 from perftune.report.load import SweepFolder
 from perftune.report.notes import bottleneck_note, edge_notes, tried_changes
 from perftune.report.ops import top_op_rows
+from perftune.report.search_section import search_context
 from perftune.report.stack_check_section import stack_check_context
 from perftune.report.summary import comparison_lines, node_lines, noise_line, paired_lines
 from perftune.report.tables import (
@@ -38,7 +39,9 @@ from perftune.report.tables import (
     singles_table,
 )
 from perftune.version import __version__ as perftune_version
+from perftune.words import lm
 from perftune.words import samples as language
+from perftune.words.ceiling_words import ceiling_line
 from perftune.words.format import count_word, duration_text, num, rate, speed_text, step_text, verdict_counts
 from perftune.words.rules import budget_text, order_rule_text
 from perftune.words.split_notes import split_notes
@@ -185,6 +188,7 @@ def _summary(folder: SweepFolder, metric: str) -> dict:
         "git_commit": env.git_commit if env else None,
         "aa": aa_text, "aa_class": aa_class, "aa_note": aa_note, "paired": paired_lines(res),
         "order_rule": order_rule_text(res.order_rule),
+        "ceilings": [ceiling_line(c) for c in res.ceilings],
         "noise": noise_line(res),
         "decisions": comparison_lines(res),
         "edges": edge_notes(res),  # a best value at the edge of those tried, its split still dominant
@@ -222,6 +226,7 @@ def _trial_rows(folder: SweepFolder, frame: pd.DataFrame) -> list[dict]:
             "trace_href": href,
             "trace_exists": href is not None and (folder.out_dir / href).is_file(),
             "profile_error": r.profile.error if r.profile else None,
+            "diverged": lm.divergence_of(r),
         })
     return rows
 
@@ -334,6 +339,7 @@ def build_context(folder: SweepFolder) -> dict:
         "figures": figs,
         "extra": extra_context(folder),
         "stack_check": stack_check_context(res),
+        "searches": search_context(res),
         "trials": trials,
         "any_splits": any(t["splits_text"] for t in trials),
         "top_ops": [x for x in (_top_ops(t, process_label(t, folder.trials)) for t in folder.trials

@@ -11,10 +11,12 @@ from perftune.io.sweep_records import SweepResult
 from perftune.report.accuracy_notes import gate_cannot_judge
 from perftune.report.notes import edge_notes
 from perftune.words import lm
+from perftune.words.ceiling_words import ceiling_line
 from perftune.words.format import count_word, mb, speed_text, time_ratio_text, validation_figures, verdict_counts
 from perftune.words.format import num as format_num
-from perftune.words.reasons import comparison_text, decision_line
+from perftune.words.reasons import comparison_text, decision_line, phase_gap_text
 from perftune.words.rules import budget_text, multiplicity_text
+from perftune.words.search_words import search_line
 from perftune.words.split_notes import split_notes
 from perftune.words.window_words import limits_line, stack_check_lines, window_lines
 
@@ -87,7 +89,7 @@ def phase_lines(r: TrialResult) -> list[str]:
         return []
     medians = ", ".join(f"{name} {ms:.2f}" for name, ms in a.medians_ms.items())
     verdict = (f"agree (within x{a.limit:.2f})" if a.agree
-               else f"DISAGREE: {a.worst_phase} x{a.ratio:.2f} the timed steps (allowed x{a.limit:.2f})")
+               else f"DISAGREE: {phase_gap_text(a)} (allowed x{a.limit:.2f})")
     return [f"  phases       median compute (ms, a step less its wait for data): {medians}; {verdict}"]
 
 
@@ -99,6 +101,13 @@ def disagreeing_phases(result: SweepResult) -> list[str]:
         return []
     return [f"phases disagree in {len(labels)} process(es), whose figures are suspect (each trial's note says "
             f"which phase): {', '.join(labels)}"]
+
+
+def diverged_processes(result: SweepResult) -> list[str]:
+    """The processes whose training loss diverged in the accuracy window (``words.lm.divergence_of``)."""
+    labels = sorted({f"{t.label} (run {t.replicate + 1})" for t in result.trials if lm.divergence_of(t.result)})
+    return [f"training diverged in {len(labels)} process(es) (the training loss rose over the accuracy window; "
+            f"their accuracy figures describe a diverged run): {', '.join(labels)}"] if labels else []
 
 
 def validation_lines(r: TrialResult) -> list[str]:
@@ -173,11 +182,13 @@ def sweep_summary(result: SweepResult, out_dir: Path, report_path: Path | None) 
     elif result.best_label:
         lines.append(f"best: {result.best_label}")
     lines += _language_lines(result)
+    lines += [f"search: {search_line(s)}" for s in result.searches]
     lines += [f"note: {line}" for line in edge_notes(result)]
+    lines += [f"cannot gain: {ceiling_line(c)}" for c in result.ceilings if not c.raced]
     lines += [f"accuracy gate: {line}" for line in window_lines(result) + gate_cannot_judge(result)]
     lines += stack_check_lines(result) + [f"accuracy window cannot see: {x}" for x in [limits_line(result)] if x]
     lines += node_lines(result)
-    lines += disagreeing_phases(result)
+    lines += disagreeing_phases(result) + diverged_processes(result)
     lines += [x for x in [budget_text(result.plan.decision.budget_s, result.left_unmeasured)] if x]
     lines += [f"warning: {line}" for line in result.integrity]  # files set aside, folders that vanished
     lines.append(f"tables: {out_dir / 'ablation.md'}, {out_dir / 'ablation.csv'}; results: {out_dir / RESULTS_NAME}")

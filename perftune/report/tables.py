@@ -19,9 +19,12 @@ from perftune.report.notes import edge_notes
 from perftune.report.process_rows import contention_mark, paired_row, used_process
 from perftune.report.summary import comparison_lines, noise_line, paired_lines, used_processes
 from perftune.words import lm
+from perftune.words.ceiling_words import ceiling_line
 from perftune.words.format import num, rate, speed_text, step_text, validation_figures
+from perftune.words.memory_words import memory_ratio_text
 from perftune.words.reasons import reason_text, stack_reason
 from perftune.words.rules import budget_text, order_rule_text
+from perftune.words.search_words import search_line
 
 
 def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
@@ -50,6 +53,9 @@ def _trial_row(trial: Optional[SweepTrial], metric: str, label: str) -> dict:
     mem = r.memory
     row["peak_mem_mb"] = (mem.allocator_peak_bytes or mem.device_peak_bytes or 0) / 2**20 or None
     row["host_rss_mb"] = (mem.host_rss_peak_bytes or 0) / 2**20 or None
+    memory = cmp_.memory if cmp_ else None  # peak memory against the same reference as the speed-up
+    row["memory_vs_reference"] = f"{memory_ratio_text(memory)} {memory.measure}" if memory else None
+    row["memory_frees_mb"] = memory.frees_mb if memory else None  # under burst.memory_limit_mb
     acc = r.accuracy
     row[metric] = getattr(acc, metric) if acc else None
     if metric == "perplexity" and row[metric] is not None and lm.overflows(row[metric]):
@@ -114,7 +120,10 @@ def profiled_splits(trial: SweepTrial, trials: Sequence[SweepTrial]) -> dict:
     splits = profiled.result.profile.splits
     row: dict = {f"{phase}_ms": getattr(splits, f"{phase}_ms") for phase in PHASES}
     row["recompute_ms"] = splits.recompute_ms
-    row["splits_from"] = f"splits: its run {profiled.replicate + 1}'s (the profiled process)"
+    row["splits_step_ms"] = splits.step_ms  # they add up to that process's step, not to the row's
+    row["splits_from"] = (f"splits: its run {profiled.replicate + 1}'s (the profiled process), which add up to that "
+                          f"process's mean step {splits.step_ms:.2f} ms, not to the step shown (run "
+                          f"{trial.replicate + 1}'s)")
     return row
 
 
@@ -198,6 +207,8 @@ def _fmt_speedup(row) -> str:
 OPTIONAL_COLUMNS = [
     ("tokens/s", "tokens_per_s", ".0f", "samples/s"),
     ("graphs compiled by the steps", "step_graphs", ".0f", "compile s"),
+    ("peak mem vs reference [95% CI]", "memory_vs_reference", "s", "compile s"),
+    ("MB freed of the memory limit", "memory_frees_mb", ".0f", "compile s"),
     ("recompute ms (of bwd)", "recompute_ms", ".2f", "data / fwd / bwd / opt / comm / other ms"),
     ("perplexity", "perplexity", ".2f", "change"),
     ("repetition", "repetition_rate", ".2f", "change"),
@@ -246,6 +257,8 @@ def to_markdown(df: pd.DataFrame, metric: str) -> str:
     for _, row in df.iterrows():
         splits = " / ".join(num(row.get(f"{p}_ms"), ".2f") or "-" for p in PHASES) \
             if row.get("data_ms") is not None and not pd.isna(row.get("data_ms")) else ""
+        if splits and num(row.get("splits_step_ms"), ".2f"):  # another process's splits: of its own step
+            splits += f" (of {num(row.get('splits_step_ms'), '.2f')})"
         change = row.get(f"{metric}_change")
         contended = row.get("contended")
         contended = f"[{contended}] " if isinstance(contended, str) and contended else ""
@@ -295,6 +308,11 @@ def markdown_report(result: SweepResult) -> str:
         parts += ["### Leave one out (final stack minus one change)", "", to_markdown(loo, metric)]
     if result.order_rule:
         parts += [f"Order rule: {md_text(order_rule_text(result.order_rule))}.", ""]
+    if result.ceilings:
+        parts += ["### Ceilings from the splits", ""]
+        parts += [f"- {md_text(ceiling_line(c))}" for c in result.ceilings] + [""]
+    if result.searches:
+        parts += ["### Searched knobs", "", *[f"- {md_text(search_line(s))}" for s in result.searches], ""]
     parts += [f"Note: {md_text(line)}.\n" for line in edge_notes(result)]
     budget = budget_text(result.plan.decision.budget_s, result.left_unmeasured)
     parts += [f"Budget: {md_text(budget)}.", ""] if budget else []

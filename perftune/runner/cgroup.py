@@ -75,7 +75,8 @@ def cgroup_of(pid: int) -> Optional[Path]:
         return None
 
 
-def _write(path: Path, text: str) -> None:
+def write_control(path: Path, text: str) -> None:
+    """One write to a cgroup control file (no truncation, no buffering: the kernel reads one write)."""
     fd = os.open(path, os.O_WRONLY)
     try:
         os.write(fd, text.encode())
@@ -104,7 +105,7 @@ def kill_cgroup(path: Path, timeout: float = 5.0) -> list[int]:
     """SIGKILL every process in the cgroup ``path``, wait until it is empty, remove it; returns the pids it held."""
     pids = pids_in(path)
     try:
-        _write(path / "cgroup.kill", "1")
+        write_control(path / "cgroup.kill", "1")
     except OSError:
         return pids
     end = time.monotonic() + timeout
@@ -144,7 +145,7 @@ class TrialCgroup:
     def enter(self) -> None:
         """In the child (pre-exec): move this process into the trial's cgroup; silent on failure (see ``holds``)."""
         try:
-            _write(self.path / "cgroup.procs", "0")
+            write_control(self.path / "cgroup.procs", "0")
         except OSError:
             pass
 

@@ -12,6 +12,7 @@ from typing import Iterator
 import psutil
 
 from perftune.runner.cgroup import kill_stale_cgroups
+from perftune.runner.memcg import remove_stale
 
 #: set in the environment of every process of a trial (inherited by its descendants): whose orphan is it
 TOKEN_ENV = "PERFTUNE_TRIAL_TOKEN"
@@ -33,9 +34,9 @@ def signals_held() -> Iterator[None]:
 
 
 def kill_driver_leftovers(tag: str) -> list[int]:
-    """Kill what a dead sweep driver (``tag``: see ``cgroup.driver_tag``) left running: its trials' cgroups and
-    every process that carries one of its trial tokens (setsid'd grandchildren, daemons, msrun ranks).  Returns
-    the pids killed."""
+    """Kill what a dead sweep driver (``tag``: see ``cgroup.driver_tag``) left running: its trials' cgroups (and
+    memory cgroups) and every process that carries one of its trial tokens (setsid'd grandchildren, daemons, msrun
+    ranks).  Returns the pids killed."""
     if not tag:
         return []
     with signals_held():
@@ -51,4 +52,5 @@ def kill_driver_leftovers(tag: str) -> list[int]:
             except psutil.Error:
                 continue
         psutil.wait_procs(victims, timeout=5.0)
+        remove_stale(tag)  # burst.memory_limit_mb's cgroup v1 memory cgroups (their processes killed with them)
     return sorted(killed | {p.pid for p in victims})

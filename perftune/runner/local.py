@@ -28,7 +28,7 @@ from perftune.runner.process import (
     killed_from_outside,
     log_tail,
 )
-from perftune.runner.reaper import TrialProcesses, oom_kills
+from perftune.runner.reaper import TrialProcesses
 
 
 def run_local(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> TrialResult:
@@ -36,8 +36,9 @@ def run_local(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> TrialResult
     result_path = trial_dir / TRIAL_NAME
     log_path = trial_dir / LOG_NAME
     started = time.perf_counter()
-    trial_procs = TrialProcesses()  # the sweep becomes the subreaper of the burst's orphans
-    ooms_before = oom_kills()
+    # the sweep becomes the subreaper of the burst's orphans; burst.memory_limit_mb: a memory cgroup (memcg.py)
+    trial_procs = TrialProcesses(spec.burst.memory_limit_mb)
+    ooms_before = trial_procs.oom_count()
     with CappedLog(log_path) as log:  # burst.log keeps its last MiBs (logcap.py)
         with trial_procs.launching():
             proc = subprocess.Popen(
@@ -71,10 +72,12 @@ def run_local(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> TrialResult
     except UserError as exc:  # written atomically, yet unreadable (e.g. by another perftune version): say so
         result, unreadable = None, str(exc)
     retry = False
+    ooms_after = trial_procs.oom_count()
+    ooms = ooms_after - ooms_before if ooms_after is not None and ooms_before is not None else None
+    if result is not None and result.status == "failed" and ooms and trial_procs.memory_evidence:
+        result = None  # a process of it (a dataset worker) was killed past the limit, and the burst failed of it
     if status is None and result is None:
-        ooms_after = oom_kills()
-        ooms = ooms_after - ooms_before if ooms_after is not None and ooms_before is not None else None
-        status, reason = classify_exit(proc.returncode, log_path, ooms)
+        status, reason = classify_exit(proc.returncode, log_path, ooms, trial_procs.memory_evidence)
         retry = killed_from_outside(proc.returncode, status)
         if unreadable:
             reason = f"the burst wrote a trial.json this perftune cannot read: {unreadable}"

@@ -71,7 +71,7 @@ from perftune.runner.process import (
     processes_of,
 )
 from perftune.runner.ranks import aggregate
-from perftune.runner.reaper import TrialProcesses, oom_kills
+from perftune.runner.reaper import TrialProcesses
 
 POLL_S = 0.2
 PORT_ATTEMPTS = 3  # a port picked free can be taken before msrun's scheduler binds it: pick another and retry
@@ -164,6 +164,7 @@ class _Outcome:
     dead: tuple[int, ...] = ()  # rank_died: every rank found dead without a result in the same look
     oom_kills: Optional[int] = None  # the cgroup's out-of-memory kills during this attempt (None: not readable)
     containment: str = ""  # what held the trial's processes (reaper.TrialProcesses.containment)
+    limit: str = ""  # burst.memory_limit_mb: what the node's memory cgroup of the trial recorded (all ranks together)
 
 
 def run_distributed(spec: TrialSpec, trial_dir: Path, timeout_s: float) -> TrialResult:
@@ -200,14 +201,14 @@ def _clean(trial_dir: Path, cluster: Cluster) -> None:
 
 def _run_once(spec: TrialSpec, trial_dir: Path, cluster: Cluster, port: int,
               timeout_s: float) -> tuple[_Outcome, dict[int, TrialResult]]:
-    leftovers = TrialProcesses()  # ranks that escaped msrun's tree are re-parented to us and killed at the end
+    leftovers = TrialProcesses(spec.burst.memory_limit_mb)  # escaped ranks are re-parented to us, killed at the end
     env = leftovers.env(burst_env(spec.env))
     env[NODE_RANK_ENV] = str(cluster.node_rank)
     # on one host every msrun thinks it is the master and starts a scheduler: only node 0's may serve
     env["PERFTUNE_SCHEDULER"] = "1" if cluster.runs_scheduler else "0"
     cmd = msrun_command(cluster, port, trial_dir, timeout_s)
     deadline = time.perf_counter() + max(timeout_s, 1.0)
-    ooms_before = oom_kills()
+    ooms_before = leftovers.oom_count()
     with open(trial_dir / LOG_NAME, "ab") as log:
         log.write(f"$ {' '.join(cmd)}\n".encode())
         log.flush()
@@ -224,7 +225,7 @@ def _run_once(spec: TrialSpec, trial_dir: Path, cluster: Cluster, port: int,
                 codes = watch.exit_codes(outcome.dead or (outcome.rank,))
                 outcome.rank = next((r for r, c in codes.items() if c is not None), outcome.rank)
                 outcome.exit_code = codes.get(outcome.rank)
-                ooms_after = oom_kills()
+                ooms_after = leftovers.oom_count()
                 if ooms_before is not None and ooms_after is not None:
                     outcome.oom_kills = ooms_after - ooms_before
             elif outcome.kind == "msrun_exited":
@@ -232,7 +233,7 @@ def _run_once(spec: TrialSpec, trial_dir: Path, cluster: Cluster, port: int,
         finally:  # also on Ctrl-C: nothing of this trial may outlive it
             watch.stop()
             leftovers.kill_leftovers()  # the trial's cgroup: every rank's setsid'd children and daemons at once
-    outcome.containment = leftovers.containment
+    outcome.containment, outcome.limit = leftovers.containment, leftovers.memory_evidence
     return outcome, watch.results
 
 
@@ -371,7 +372,7 @@ def _result_of(spec: TrialSpec, trial_dir: Path, cluster: Cluster, port: int, ou
             how = "with an unknown exit code"
             status = "failed"
         else:
-            status, why = classify_exit(code, rank_log(r), outcome.oom_kills)
+            status, why = classify_exit(code, rank_log(r), outcome.oom_kills, outcome.limit)
             # killed by a signal perftune did not send (a user's kill, the OOM killer without evidence): not a
             # property of the configuration, so a resume measures it again, as for a one-process burst
             retry = killed_from_outside(code, status)

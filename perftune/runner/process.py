@@ -118,14 +118,21 @@ def last_error_line(tail: str) -> str:
     return (errors or lines or [""])[-1][:300]
 
 
-def classify_exit(returncode: int, log_path: Path, oom_kills: Optional[int] = None) -> tuple[str, str]:
+def classify_exit(returncode: int, log_path: Path, oom_kills: Optional[int] = None,
+                  limit: str = "") -> tuple[str, str]:
     """(status, reason) of a burst that exited without writing its result (and was not stopped by perftune).
 
     "oom" only with evidence: the cgroup counted ``oom_kills`` kernel out-of-memory kills during the trial, or the
-    log says so.  A burst killed by a signal without such evidence is "failed" with the signal named (see
+    log says so.  ``limit``: what the trial's own memory cgroup recorded (``burst.memory_limit_mb``, ``memcg.py``):
+    a kill counted there is the trial's own, whatever the exit code (a dataset worker killed, the burst failing of
+    it).  A burst killed by a signal without such evidence is "failed" with the signal named (see
     ``killed_from_outside``: such a trial is measured again on a resume)."""
     tail = log_tail(log_path, lines=50).lower()
     signame = killed_by_signal(returncode)
+    if limit and oom_kills:
+        how = f"was killed by {signame}" if signame else f"exited with code {returncode}"
+        return "oom", (f"the burst {how} after the kernel's out-of-memory killer struck {oom_kills} time(s) in its "
+                       f"memory cgroup: out of memory under {limit}")
     if signame and oom_kills:
         return "oom", (f"the burst was killed by {signame} while the kernel's out-of-memory killer struck "
                        f"{oom_kills} time(s) in this cgroup (memory.events oom_kill): out of memory")

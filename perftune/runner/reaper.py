@@ -32,9 +32,11 @@ from typing import Iterator, Optional
 
 import psutil
 
+from perftune.errors import UserError
 from perftune.io.files import ESCAPED
 from perftune.runner.cgroup import TrialCgroup, containment_text, driver_tag, own_cgroup
 from perftune.runner.leftovers import TOKEN_ENV, signals_held
+from perftune.runner.memcg import MemoryCgroup
 from perftune.runner.watchdog import ensure_watchdog, track, untrack
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -76,7 +78,7 @@ class TrialProcesses:
     orphan re-parented to the sweep is recognised as this trial's even where several trials run at once in one
     process (the two-node loopback test): another trial's launcher is never touched."""
 
-    def __init__(self) -> None:
+    def __init__(self, memory_limit_mb: Optional[float] = None) -> None:
         become_subreaper()
         ensure_watchdog(driver_tag())  # kills what is left if the driver dies (SIGKILL included): watchdog.py
         self.token = f"{driver_tag()}-{uuid.uuid4().hex[:8]}"
@@ -84,6 +86,17 @@ class TrialProcesses:
         self.before = {p.pid for p in _children()}
         self.seen: set[psutil.Process] = set()
         self.cgroup, self.why_not = TrialCgroup.open(self.token)
+        self.memory: Optional[MemoryCgroup] = None  # ``burst.memory_limit_mb``'s cgroup (memcg.py)
+        if memory_limit_mb is not None:
+            try:
+                self.memory = MemoryCgroup.open(self.token, memory_limit_mb, self.cgroup and self.cgroup.path)
+            except BaseException:
+                if self.cgroup is not None:
+                    self.cgroup.kill()
+                raise
+        #: the memory cgroup's out-of-memory kills and what the kernel recorded, read before it is removed
+        self.memory_ooms: Optional[int] = None
+        self.memory_evidence = ""
         self.launched: set[int] = set()
         #: the processes of this trial found outside its containment (its cgroup, its token) at its end, in words
         self.escaped: list[str] = []
@@ -97,6 +110,8 @@ class TrialProcesses:
 
     def enter(self) -> None:
         """In the launched child, before ``exec``: join the trial's cgroup (nothing where there is none)."""
+        if self.memory is not None:
+            self.memory.enter()
         if self.cgroup is not None:
             self.cgroup.enter()
 
@@ -108,10 +123,25 @@ class TrialProcesses:
         if self.cgroup is not None and not self.cgroup.holds(pid):
             self.cgroup.kill()
             self.cgroup, self.why_not = None, "the launched process could not join its cgroup"
+        if self.memory is not None and not self.memory.holds(pid):  # never a trial run past an unenforced limit
+            os.killpg(pid, signal.SIGKILL)
+            self.memory.remove()
+            raise UserError("burst.memory_limit_mb: the trial's process could not join its memory cgroup "
+                            f"{self.memory.path}; perftune refuses to run trials it cannot limit")
+
+    def oom_count(self) -> Optional[int]:
+        """Out-of-memory kills so far: in the trial's memory cgroup where it has one (counted from 0, kept after
+        the trial's end), else in the sweep's own cgroup (None: not readable); a difference over the trial is
+        the evidence ``process.classify_exit`` asks for."""
+        if self.memory is None:
+            return oom_kills()
+        return self.memory_ooms if self.memory_ooms is not None else self.memory.oom_kills()
 
     @property
     def containment(self) -> str:
         text = containment_text(self.cgroup, self.why_not)
+        if self.memory is not None:
+            text += f"; memory limited to {self.memory.limit_bytes / 2**20:g} MB (cgroup v{self.memory.version})"
         if self.escaped:
             text += (f"; {len(self.escaped)} process(es) {ESCAPED}, killed at the trial's end as the sweep's "
                      f"orphans: {'; '.join(self.escaped[:4])}{' ...' if len(self.escaped) > 4 else ''}")
@@ -137,6 +167,9 @@ class TrialProcesses:
             victims = self._victims(set(self.seen))  # found first: after the cgroup's kill an orphan's environment
             self.escaped += self._escapes(victims)  # is gone
             in_cgroup = self.cgroup.kill() if self.cgroup is not None else []
+            if self.memory is not None and self.memory_ooms is None:
+                self.memory_ooms, self.memory_evidence = self.memory.oom_kills(), self.memory.evidence()
+                self.memory.remove()
             killed = set(in_cgroup) | set(_kill_and_reap(victims, timeout))
             for _ in range(3):  # a tree in flux (a parent exiting while looked at) hides its child for a moment
                 again = _kill_and_reap(self._victims(set()), timeout)

@@ -96,7 +96,7 @@ def validation_figures(acc: Any) -> Optional[str]:
 
 
 #: what a process that carries no decision of its own is counted as (its verdict is only "measured")
-PROCESS_WORDS = {"repeat": "repeat", "leave_one_out": "leave-one-out"}
+PROCESS_WORDS = {"repeat": "repeat", "leave_one_out": "leave-one-out", "search": "searched"}
 
 
 def count_word(kind: str, verdict: str) -> str:

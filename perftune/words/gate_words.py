@@ -49,7 +49,7 @@ def judgement_text(j: Judged) -> str:
     rel = f"{j.change:+.1%}" if j.change is not None else "n/a"
     if j.outcome == "uncalibrated":
         return (f"{what} {j.value:.4g} vs baseline {j.mean:.4g}: {rel} (uncalibrated: its seed spread could "
-                f"not be measured, judged by the {j.tolerance:.1%} tolerance alone)")
+                f"not be measured{identical_seeds_text(j.n)}, judged by the {j.tolerance:.1%} tolerance alone)")
     band = f"baseline seeds {j.mean:.4g} +- {j.sd:.2g} (sd of {j.n})"
     z = j.spreads or 0.0
     head = f"{what} {j.value:.4g} vs {band}: {rel}, {abs(z):.1f} seed spreads {'worse' if z > 0 else 'better'}"
@@ -60,6 +60,15 @@ def judgement_text(j: Judged) -> str:
                 f"noise (up to "
                 f"{j.limit:.4g}); the seeds cannot separate it (more accuracy.seeds would)")
     return head
+
+
+def identical_seeds_text(n: int) -> str:
+    """Why ``n`` >= 2 seed runs without spread happen and what fixes it (empty for one seed run)."""
+    if n < 2:
+        return ""
+    return (f": the {n} seed runs trained identically; does the workload seed MindSpore itself? build() must not call "
+            "mindspore.set_seed (its seed argument is the data seed, the same in every run): perftune seeds "
+            "MindSpore and NumPy for each run itself (a script gets each run's seed through workload.seed_arg)")
 
 
 def seed_refusal_text(worse: Sequence[Judged]) -> str:
@@ -74,7 +83,9 @@ def pass_notes(judgements: Sequence[Judged], updates: str) -> list[str]:
     notes = [judgement_text(j) for j in judgements if j.outcome == "unseparated"]
     uncalibrated = [figure_label(j.name) for j in judgements if j.outcome == "uncalibrated"]
     if uncalibrated:
-        notes.append(f"uncalibrated (no seed spread): {', '.join(uncalibrated)}, judged by the fixed tolerance")
+        runs = max((j.n for j in judgements if j.outcome == "uncalibrated"), default=0)
+        notes.append(f"uncalibrated (no seed spread{identical_seeds_text(runs)}): {', '.join(uncalibrated)}, judged "
+                     "by the fixed tolerance")
     return [n + updates for n in notes]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+from perftune.io.derived import loss_rise
 from perftune.io.records import TrialResult
 from perftune.words.format import rate
 
@@ -88,3 +89,37 @@ def verdict_suffix(r: TrialResult) -> str:
     parts = [f"{r.tokens_per_s:.0f} tokens/s" if r.tokens_per_s else "", accuracy_text(r)]
     text = ", ".join(p for p in parts if p)
     return f" [{text}]" if text else ""
+
+
+def loss_text(value: Optional[float]) -> str:
+    """A loss in three significant figures, its trailing zeros kept (``6.90``, ``862``, ``0.0123``)."""
+    if value is None:
+        return "NaN/Inf"
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    return f"{value:.{max(0, 2 - int(math.floor(math.log10(abs(value)))))}f}"
+
+
+DIVERGED_CAUSE = ("this trial's accuracy figures describe a diverged run (a learning rate too high here, or float16 "
+                  "overflowing without loss scaling)")
+
+
+def diverged_text(head: float, tail: float, updates: int) -> str:
+    """The warning of a training loss that rose (``io.derived.loss_rise``)."""
+    return (f"training diverged: the training loss rose from {loss_text(head)} to {loss_text(tail)} over the accuracy "
+            f"window's {updates} updates (median of the first steps, then of the last quarter: x{tail / head:.1f}); "
+            + DIVERGED_CAUSE)
+
+
+def nonfinite_loss_text(update: int, updates: int, before: Optional[float]) -> str:
+    """The warning of a training loss that became NaN/Inf after finite ones."""
+    return (f"training diverged: the training loss became NaN/Inf at update {update} of the accuracy window's "
+            f"{updates} (it was {loss_text(before)} the update before); " + DIVERGED_CAUSE)
+
+
+def divergence_of(r: TrialResult) -> Optional[str]:
+    """A measured trial's divergence warning read from its accuracy record's loss curve (``io.derived.loss_rise``;
+    the burst's own note says the same), for the report and the sweep's summary; None where it did not diverge."""
+    acc = r.accuracy
+    rise = loss_rise([v for _, v in acc.loss_curve]) if acc is not None and r.status == "ok" else None
+    return diverged_text(*rise, acc.updates or len(acc.loss_curve)) if rise else None

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+from perftune.io.records import PhaseAgreement
 from perftune.io.sweep_records import ComparisonRecord, SweepTrial, Why
 from perftune.words.format import speed_text
+from perftune.words.memory_words import memory_text
 
 
 def ratio_text(c: ComparisonRecord) -> str:
@@ -100,6 +102,8 @@ def reason_text(t: SweepTrial) -> str:
     if w is None:
         return t.reason
     text = _core(t, w)
+    decided = getattr(t, w.comparison) if w.comparison and not w.legacy else None
+    text += f"; {memory_text(decided.memory)}" if decided is not None and decided.memory is not None else ""
     text += "".join(f"; {n}" for n in w.gate_notes)
     text += f"; warning: {w.other_model}" if w.other_model else ""
     if w.unjudged:
@@ -136,6 +140,14 @@ def process_flags(trial: SweepTrial) -> str:
              + (f" [on {r.node.host}]" if r.node is not None else ""))
     agreement = r.phase_agreement
     if agreement is not None and not agreement.agree:
-        flags += (f" (phases disagree: the {agreement.worst_phase} steps x{agreement.ratio:.2f} the timed ones; "
-                  "its figures are suspect)")
+        flags += f" (phases disagree: {phase_gap_text(agreement)}; its figures are suspect)"
     return flags
+
+
+def phase_gap_text(agreement: PhaseAgreement) -> str:
+    """``the accuracy steps x2.42 faster than the timed ones``: the worst phase's gap, in its direction (its
+    ``ratio`` is always >= 1; the medians say which side), as the trial's own note (``burst/agreement.py``) says it."""
+    worst = agreement.worst_phase
+    mine, timed = agreement.medians_ms.get(worst or ""), agreement.medians_ms.get("timed")
+    side = "" if mine is None or timed is None else (" faster" if mine < timed else " slower")
+    return f"the {worst} steps x{agreement.ratio:.2f}{side} than the timed ones"

@@ -18,10 +18,27 @@ def order_rule_text(rule: Optional[OrderRule]) -> str:
         return ""
     if rule.first is None:
         return rule.legacy
+    if rule.groups:
+        return order_by_shares_text(rule)
     share = f"{rule.data_share:.0%}" if rule.data_share is not None else "unknown"
     data = rule.first == "data"
     return (f"baseline waits for data {share} of the step ({'>=' if data else '<'} {rule.threshold:.0%}): "
             f"{'data-pipeline' if data else 'compute'} knobs first, then the rest in plan order")
+
+
+GROUP_WORDS = {"data": "data-pipeline", "compute": "compute", "distributed": "distributed"}
+SHARE_WORDS = {"data": "waits for data", "compute": "computes", "distributed": "communicates"}
+
+
+def order_by_shares_text(rule: OrderRule) -> str:
+    """``baseline waits for data 50%, computes 50%, communicates 0% of the step: data-pipeline knobs first, then
+    compute, then distributed; the plan's own knobs last``."""
+    if not rule.shares:
+        return "baseline not measured: compute knobs first, then data-pipeline, then distributed; own knobs last"
+    shares = ", ".join(f"{SHARE_WORDS[g]} {rule.shares.get(g, 0):.0%}" for g in ("data", "compute", "distributed"))
+    order = ", then ".join(GROUP_WORDS[g] for g in rule.groups[1:])
+    return (f"baseline {shares} of the step: {GROUP_WORDS[rule.groups[0]]} knobs first, then {order}; the plan's "
+            "own knobs last")
 
 
 def family_text(m: Multiplicity) -> str:

@@ -20,7 +20,7 @@ BUILTIN: dict[str, str] = {
 #: model or the data: a change of one is compared in one process, as a pairable knob is (``engine/paired.py``)
 DATA_PARAMS: dict[str, tuple[str, ...]] = {"mlp": ("preprocess_ms",)}
 
-__all__ = ["BUILTIN", "DATA_PARAMS", "Workload", "repetition_rate", "resolve", "check_reference"]
+__all__ = ["BUILTIN", "DATA_PARAMS", "Workload", "repetition_rate", "resolve", "build", "check_reference"]
 
 
 def check_reference(ref: str) -> str | None:
@@ -97,3 +97,16 @@ def resolve(ref: str) -> Callable[..., Workload]:
         return getattr(module, func_name)
     except AttributeError:
         raise ValueError(f"workload {ref!r}: module {module_name!r} has no function {func_name!r}") from None
+
+
+def build(ref: str, params: dict, seed: int) -> Workload:
+    """Build the workload ``ref`` names: its ``build(params, seed)``, refused in one line (a ``TypeError`` the burst
+    records as the failed trial's reason) where it returns anything but a :class:`Workload`, say ``None`` from a
+    ``build()`` that forgot its ``return``, before anything reads the result."""
+    made = resolve(ref)(params, seed)
+    if not isinstance(made, Workload):
+        module_name = BUILTIN.get(ref, ref).partition(":")[0]
+        shown = "None" if made is None else f"a {type(made).__module__}.{type(made).__qualname__}"
+        raise TypeError(f"workload {ref!r}: build() in module {module_name!r} returned {shown}; it must return a "
+                        "perftune.workloads.base.Workload (see experiments/README.md, build() workloads)")
+    return made

@@ -40,8 +40,11 @@ def step_unit(plan: Plan) -> int:
     """Samples seen per step, least common multiple over every configuration the plan can run, so that every
     trial's accuracy window ends at exactly the same number of samples."""
     base = baseline_knobs(plan)
-    batches = {int(base["batch_size"])} | {int(v) for v in plan.variables.get("batch_size", [])}
-    workers = {int(base["workers"])} | {int(v) for v in plan.variables.get("workers", [])}
+    searched = {name: r.values() for name, r in plan.ranges.items()}  # every value a range search may try
+    batches = {int(base["batch_size"])} | {int(v) for v in plan.variables.get("batch_size", [])} | set(
+        searched.get("batch_size", []))
+    workers = {int(base["workers"])} | {int(v) for v in plan.variables.get("workers", [])} | set(
+        searched.get("workers", []))
     return int(np.lcm.reduce([b * w for b in batches for w in workers]))
 
 
