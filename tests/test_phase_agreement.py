@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perftune.burst.agreement import AGREE_LIMIT, SETTLING_LIMIT, check_phases, phase_medians
+from perftune.burst.agreement import AGREE_LIMIT, PROFILED_LIMIT, SETTLING_LIMIT, check_phases, phase_medians
 from perftune.io.records import StepRecord
 
 WAIT_MS = 12.0  # the quickstart's graph step is data-bound: it waits for its batch, then computes for 4-7 ms
@@ -66,6 +66,18 @@ def test_an_accuracy_window_past_its_allowance_is_flagged():
     agreement, note = check_phases(*first_process(slow, WARMUP))
     assert not agreement.agree and agreement.worst_phase == "accuracy" and agreement.limit == SETTLING_LIMIT
     assert "slower" in note.text and f"allowed x{SETTLING_LIMIT:.2f}" in note.text
+
+
+def test_profiled_steps_slowed_by_the_profiler_raise_nothing_but_faster_ones_do():
+    """The quickstart's stack row with 2 data workers and MindRecord, idle: its profiled steps x1.59 slower than the
+    timed ones (the profiler's collection sharing 2 cores with the workers; the profile's op_scale carries it)."""
+    records, timed = first_process(SETTLING, WARMUP, profiled=TIMED_MS * 1.59)
+    agreement, note = check_phases(records, timed)
+    assert note is None and agreement.agree
+    agreement, note = check_phases(*first_process(SETTLING, WARMUP, profiled=TIMED_MS * 2.3))
+    assert not agreement.agree and agreement.worst_phase == "profiled" and agreement.limit == PROFILED_LIMIT
+    agreement, note = check_phases(*first_process(SETTLING, WARMUP, profiled=TIMED_MS / 1.59))
+    assert not agreement.agree and agreement.worst_phase == "profiled" and "faster" in note.text
 
 
 def test_the_warm_up_has_no_settling_allowance():

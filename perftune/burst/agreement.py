@@ -1,7 +1,8 @@
 """Phases that must agree, checked: the accuracy window's steps, the warm-up's steady steps, the timed steps and the
 profiled steps run the same computation, so their median compute times (a step less its wait for its batch) should
 agree, within the profiler's overhead, and the accuracy window (a first process's first steps, settling, with the
-gradient norm besides: its later half is judged) within its own allowance on the slow side (``SETTLING_LIMIT``). The
+gradient norm besides: its later half is judged) and the profiled steps (the profiler's overhead) within their own
+allowances on the slow side (``SETTLING_LIMIT``, ``PROFILED_LIMIT``). The
 wait itself may differ: a queue refilled during validation or the profiler's start feeds a data-bound step at once.
 Where one does not, the steps were not timed alike (an asynchronous step timed from its dispatch once made the untimed
 phases x600 faster than the timed ones) or the machine changed between phases; the trial says so in words (a warning
@@ -31,6 +32,11 @@ WARMUP_SKIPPED_STEPS = 3
 #: 9 steps after the compile), so x1.3 flagged healthy runs; faster is held to the common limit: a step timed from
 #: its dispatch makes the untimed phases faster, never slower
 SETTLING_LIMIT = 2.0
+#: how much slower than the timed steps the profiled steps may run: the profiler's collection slows a step, more where
+#: data workers share the cores (the quickstart's 6.5 ms graph step with 2 workers and MindRecord profiled x1.59
+#: slower on an idle 2-core machine).  That overhead is the profile's own figure (``Splits.op_scale``: the op times
+#: are carried to the timed step, and the profile warns past x1.25); faster is held to the common limit
+PROFILED_LIMIT = 2.0
 
 
 def compute_ms(record: StepRecord) -> float:
@@ -53,8 +59,9 @@ def later_half(steps: list[StepRecord]) -> list[StepRecord]:
 
 def phase_limit(phase: str, median: float, centre: float, limit: float) -> float:
     """The ratio a phase may be from the timed steps: the accuracy window, still settling, may be slower by up to
-    ``SETTLING_LIMIT``; every other phase and direction by ``limit``."""
-    return max(limit, SETTLING_LIMIT) if phase == "accuracy" and median > centre else limit
+    ``SETTLING_LIMIT``, the profiled steps by ``PROFILED_LIMIT``; every other phase and direction by ``limit``."""
+    slow = {"accuracy": SETTLING_LIMIT, "profiled": PROFILED_LIMIT}.get(phase) if median > centre else None
+    return max(limit, slow) if slow else limit
 
 
 def phase_medians(records: list[StepRecord], timed: list[StepRecord]) -> dict[str, float]:

@@ -230,7 +230,7 @@ class Sweep:
         keys = [self.procs.register(changes, "single") for changes in ordered if changes not in self.skipped]
         comparisons = self.race(keys, self.base)
         self.result.aa_check, self.result.aa_paired = aa_checks(self.procs, self.base, self.policy, self.record_noise,
-                                                                paired=self.parallel is None)
+                                                                paired=self.parallel is None and bool(self.pairs))
         keys = [k for k in keys if self.procs.of[k]]  # the budget may have left some unmeasured
         measured = [k for k in keys if comparisons[k] is not None]
         found = benjamini_hochberg([comparisons[k].p_value for k in measured], 1 - self.plan.decision.confidence)
