@@ -4,6 +4,8 @@ recorded, resume, the report's curve and lines).  No real process: which value i
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from scripted_sweeps import FIXED_WINDOW, Script, ScriptedRunner
 
@@ -67,10 +69,18 @@ def test_a_range_of_batch_sizes_is_checked_against_grad_accum_steps():
     assert any("grad_accum_steps: 3 does not divide batch_size 16" in p for p in info.value.problems)
 
 
-def test_a_top_level_ranges_field_is_refused():
+def test_a_plan_with_ranges_round_trips_through_results_json():
+    """results.json keeps the typed plan (``ranges`` beside ``variables``): resume, ``--fresh`` and the report parse
+    it again."""
+    plan = parse_plan({"name": "r", "workload": "mlp", "variables": {"kernel_threads": {"range": [1, 4]},
+                                                                    "mode": ["pynative"]}})
+    again = parse_plan(json.loads(plan.model_dump_json()))
+    assert again == plan and again.ranges["kernel_threads"].values() == [1, 2, 3, 4]
     with pytest.raises(PlanError) as info:
-        parse_plan({"name": "r", "workload": "mlp", "ranges": {"kernel_threads": {"range": [1, 2]}}})
-    assert info.value.problems == ["ranges: unknown field (a range is written in variables: {knob: {range: [lo, hi]}})"]
+        parse_plan({"name": "r", "workload": "mlp", "variables": {"kernel_threads": [1]},
+                    "ranges": {"kernel_threads": {"range": [1, 2]}}})
+    assert info.value.problems == ["ranges.kernel_threads: 'kernel_threads' is also in variables; give each knob one "
+                                   "list or one range"]
 
 
 def test_an_own_knob_takes_a_range_when_its_baseline_is_an_integer():

@@ -30,12 +30,18 @@ def is_range(value: Any) -> bool:
 
 def split_ranges(data: dict, own: set[str]) -> tuple[dict, list[str], dict[str, list[int]]]:
     """The plan data with each range moved from ``variables`` to ``ranges``, one line per problem, and every value
-    each well-formed range may try (for the cross-knob checks).  A range of a knob that is neither built in nor
+    each well-formed range may try (for the cross-knob checks).  A dumped plan's ``ranges`` (results.json) are read
+    back as if written in ``variables``, so a plan round-trips.  A range of a knob that is neither built in nor
     routed stays in ``variables``, where the unknown knob is named."""
     problems: list[str] = []
-    if "ranges" in data:
-        problems.append("ranges: unknown field (a range is written in variables: {knob: {range: [lo, hi]}})")
-    variables = data.get("variables")
+    variables = data.get("variables", {})
+    dumped = data.get("ranges")  # a plan as results.json keeps it (``Plan.ranges``): its ranges go back in place
+    if dumped is not None and not isinstance(dumped, dict):
+        problems.append("ranges: expected knob -> range (a range is written in variables: {knob: {range: [lo, hi]}})")
+    elif dumped and isinstance(variables, dict):
+        problems += [f"ranges.{name}: {name!r} is also in variables; give each knob one list or one range"
+                     for name in dumped if name in variables]
+        variables = {**variables, **dumped}
     if not isinstance(variables, dict):
         return data, problems, {}
     kept: dict[str, Any] = {}
