@@ -31,8 +31,9 @@ def aa_checks(procs: AAProcesses, base: Hashable, policy: Policy, noise: Callabl
     """The baseline's later usable processes against its earlier ones (the later half in measured order against the
     earlier half), and, where ``paired`` (the singles compared in paired processes) and some change pairs with the
     baseline, two paired processes of the baseline against itself (both arm orders): the paired design's own noise,
-    not measured where no verdict used it (the quickstart's singles are all decided by their first processes).  The first against the last alone, one process each, gave the
-    quickstart +-19-21%: the between-process noise of two processes rather than the machine's drift."""
+    not measured where no verdict used it (the quickstart's singles are all decided by their first processes).  The
+    first against the last alone, one process each, gave the quickstart +-19-21%: the between-process noise of two
+    processes rather than the machine's drift."""
     aa = aa_paired = None
     base_runs = [r for r in procs.runs if r.config == base]
     base_runs = [r for r in base_runs if r.node == base_runs[0].node] if base_runs else []  # one machine's drift
