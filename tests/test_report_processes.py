@@ -1,6 +1,6 @@
 """Issue 39: the report shows every process of every comparison, in a real browser (headless Chromium, as
-test_report.py).  Read from the real quickstart sweep in ``reports/sample/`` (repeats of ``+mode=graph``, paired
-processes of two data-pipeline changes); the copy's one edit scripts contention: the stack's reference process
+test_report.py).  Read from a real quickstart sweep, ``tests/data/quickstart_paired/`` (repeats of ``+mode=graph``,
+paired processes of two data-pipeline changes: the committed sample before ceilings skipped those two alone); the copy's one edit scripts contention: the stack's reference process
 (the first baseline run) marked "not used" and a repeat marked as measured with one contended window.
 """
 
@@ -14,7 +14,7 @@ from test_report import chromium_path, open_in_chromium
 
 from perftune.report import write_report
 
-SAMPLE = Path(__file__).resolve().parents[1] / "reports" / "sample"
+SAMPLE = Path(__file__).resolve().parent / "data" / "quickstart_paired"
 ROWS_JS = """(() => {
   const rows = id => [...document.querySelectorAll('#' + id + ' tbody tr')].map(tr => ({
     trial: tr.dataset.trial, text: tr.innerText,

@@ -63,8 +63,9 @@ def test_counts_by_verdict_are_the_tables_words(rendered):
     result = read_sweep(sample)
     firsts = list({t.trial_id: t for t in reversed(result.trials)}.values())[::-1]
     counts = verdict_counts([count_word(t.kind, t.verdict) for t in firsts])
-    words = dict(counts)  # the sample has each of these (how many undecided depends on its run)
-    assert words.get("undecided", 0) >= 1 and words.get("slower") == 1 and words.get("accuracy rejected") == 1
+    words = dict(counts)  # the sample has each of these (graph and 2 workers kept, MindRecord dropped on the stack)
+    assert words.get("kept") == 2 and words.get("slower") == 1 and words.get("accuracy rejected") == 1
+    assert words.get("dropped") == 1
     repeats = sum(t.kind == "repeat" for t in firsts)
     assert repeats and ("repeat", repeats) in counts and "measured" not in dict(counts)  # not configurations
     card = re.search(r'id="trial-counts">(.*?)</div>', html, re.S).group(1)
