@@ -92,19 +92,24 @@ def script_trees(script: Path) -> list[tuple[ast.Module, Path]]:
 
 def script_options(script: Path) -> dict[str, ScriptOption]:
     """Every option the script (and its folder's modules it imports) declares literally; {} if none or unreadable."""
+    return trees_options(script_trees(script))
+
+
+def trees_options(trees: list[tuple[ast.Module, Path]]) -> dict[str, ScriptOption]:
+    """Every option declared literally in ``trees`` (``script_trees``): the script's own declarations win."""
     found: dict[str, ScriptOption] = {}
-    for tree, path in reversed(script_trees(script)):  # the script's own declarations win
+    for tree, path in reversed(trees):
         found.update(options_in(tree, path))
     return found
 
 
-def all_options(script: Path) -> Optional[list[str]]:
-    """Every option the script can take, where its source says so completely, else None (nothing to refuse by).
+def all_options(trees: list[tuple[ast.Module, Path]], options: dict[str, ScriptOption]) -> Optional[list[str]]:
+    """Every option the script can take (``options``, read from its ``trees``), where its source says so
+    completely, else None (nothing to refuse by).
 
     Complete means: an ``argparse.ArgumentParser`` is made in the files read, every ``add_argument`` there names its
     options literally (no ``*names``), no parser takes ``parents=`` (options declared elsewhere), and none parses
     with ``parse_known_args`` (the rest may go to another parser)."""
-    trees = script_trees(script)
     made = False
     for tree, _ in trees:
         for node in ast.walk(tree):
@@ -122,8 +127,7 @@ def all_options(script: Path) -> Optional[list[str]]:
                 return None
     if not made:
         return None
-    names = list(script_options(script))
-    return names if names else None
+    return list(options) or None
 
 
 def unknown_option(option: str, known: Optional[list[str]]) -> Optional[str]:

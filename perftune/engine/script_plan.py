@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any, Collection, Optional
 
 from perftune import knobs
-from perftune.engine.script_args import FLAG_VALUE_ACTIONS, all_options, refusal, script_options, unknown_option
+from perftune.engine.script_args import (
+    FLAG_VALUE_ACTIONS,
+    all_options,
+    refusal,
+    script_trees,
+    trees_options,
+    unknown_option,
+)
 from perftune.errors import UserError
 from perftune.io.plan import ScriptWorkload
 from perftune.routes import given_value, option_of
@@ -170,7 +177,9 @@ def values_in_play(data: dict, name: str) -> list[Any]:
 def knob_arg_problems(data: dict, script: Path, knob_args: dict) -> tuple[dict, list[str]]:
     """A knob value the script's option cannot take as given (``script_args``): refused, with the field named.  A
     boolean knob reaches a ``store_true`` / ``store_false`` option by its presence: the entry gets its ``flag``."""
-    options, known = script_options(script), all_options(script)
+    trees = script_trees(script)  # read and parsed once: the options and whether they are all known
+    options = trees_options(trees)
+    known = all_options(trees, options)
     problems, entries = [], dict(knob_args)
     for name, entry in knob_args.items():
         option = options.get(option_of(entry))

@@ -24,11 +24,10 @@ reuses every finished trial.  The processes are the sweep's (``SearchSide``, ``p
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional, Protocol
 
-from perftune.engine.stats import Noise, ProcessRun, below_min_gain, centre, t_quantile
+from perftune.engine.stats import Noise, ProcessRun, below_min_gain, level_interval
 from perftune.io.plan import KnobRange
 from perftune.io.sweep_records import (
     ComparisonRecord,
@@ -190,9 +189,8 @@ def curve(side: SearchSide, knob: str, values: list[int]) -> list[SearchPoint]:
         runs = side.value_runs(knob, value)
         if not runs:
             continue
-        mid, half = centre(runs), t_quantile(0.975, noise.df) * noise.sd / math.sqrt(len(runs))
-        points.append(SearchPoint(value=value, samples_per_s=math.exp(mid), ci_low=math.exp(mid - half),
-                                  ci_high=math.exp(mid + half), processes=len(runs)))
+        low, mid, high = level_interval(runs, noise)
+        points.append(SearchPoint(value=value, samples_per_s=mid, ci_low=low, ci_high=high, processes=len(runs)))
     return points
 
 

@@ -108,6 +108,14 @@ def centre(runs: Sequence[ProcessRun]) -> float:
     return math.fsum(r.log_mean for r in runs) / len(runs)
 
 
+def level_interval(runs: Sequence[ProcessRun], noise: Noise, confidence: float = 0.95) -> tuple[float, float, float]:
+    """One configuration's throughput, geometric mean of its processes, and its ``confidence`` interval from the
+    pooled process noise: (low, mid, high) in samples/s (a level, not a comparison: a search's curve)."""
+    mid = centre(runs)
+    half = t_quantile(1.0 - (1.0 - confidence) / 2.0, noise.df) * noise.sd / math.sqrt(len(runs))
+    return math.exp(mid - half), math.exp(mid), math.exp(mid + half)
+
+
 @dataclass(frozen=True)
 class Noise:
     """Pooled between-process variance of log throughput (``var``), its degrees of freedom, and how many of them

@@ -17,7 +17,7 @@ from perftune.io.store import write_text_atomic
 from perftune.io.sweep_records import SweepResult, SweepTrial
 from perftune.report.notes import edge_notes
 from perftune.report.process_rows import contention_mark, paired_row, used_process
-from perftune.report.summary import comparison_lines, noise_line, paired_lines, used_processes
+from perftune.report.summary import comparison_lines, noise_line, paired_lines, quoted_process
 from perftune.words import lm
 from perftune.words.ceiling_words import ceiling_line
 from perftune.words.format import num, rate, speed_text, step_text, validation_figures
@@ -174,8 +174,8 @@ def singles_table(result: SweepResult) -> pd.DataFrame:
         return out
 
     rows = [row(t) for t in result.trials if t.kind == "baseline"]
-    base = sorted(r.samples_per_s for r in used_processes(result, "baseline"))
-    reference_sps = base[(len(base) - 1) // 2] if base else None  # as the summary quotes it
+    quoted = quoted_process(result, "baseline")
+    reference_sps = quoted.samples_per_s if quoted is not None else None  # as the summary quotes it
     for single in (t for t in result.trials if t.kind == "single"):
         rows.append(paired_figures(row(single), single, reference_sps))
         used = single.vs_baseline.processes if single.vs_baseline else None

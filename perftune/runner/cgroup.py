@@ -30,17 +30,24 @@ def driver_tag() -> str:
     return f"{os.getpid()}-{_RUN}"
 
 
-def cgroup2_mount() -> Optional[Path]:
-    """Where the cgroup v2 hierarchy is mounted (``/sys/fs/cgroup`` unified, ``/sys/fs/cgroup/unified`` hybrid)."""
+def mount_point(fstype: str, option: Optional[str] = None) -> Optional[Path]:
+    """Where a file system of type ``fstype`` is mounted (with ``option`` among its super options: a cgroup v1
+    controller's name), from ``/proc/self/mountinfo``; None where none is."""
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
         return None
     for line in lines:
         head, _, tail = line.partition(" - ")
-        if tail.split(" ", 1)[0] == "cgroup2":
+        fields = tail.split(" ")
+        if fields[0] == fstype and (option is None or (len(fields) > 2 and option in fields[2].split(","))):
             return Path(head.split(" ")[4])
     return None
+
+
+def cgroup2_mount() -> Optional[Path]:
+    """Where the cgroup v2 hierarchy is mounted (``/sys/fs/cgroup`` unified, ``/sys/fs/cgroup/unified`` hybrid)."""
+    return mount_point("cgroup2")
 
 
 def proc_cgroup(mount: Path, pid: str) -> Optional[Path]:
@@ -95,10 +102,16 @@ def _populated(path: Path) -> bool:
 
 
 def pids_in(path: Path) -> list[int]:
+    """The processes a cgroup (v1 or v2) holds itself, from its ``cgroup.procs`` ([] where it cannot be read)."""
     try:
         return [int(x) for x in (path / "cgroup.procs").read_text().split()]
     except (OSError, ValueError):
         return []
+
+
+def deepest_first(path: Path) -> list[Path]:
+    """A cgroup folder and every one below it, deepest first (the order they can be removed in)."""
+    return sorted((Path(root) for root, _, _ in os.walk(path)), key=lambda p: len(p.parts), reverse=True)
 
 
 def kill_cgroup(path: Path, timeout: float = 5.0) -> list[int]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Optional
 
 from perftune.errors import UserError
-from perftune.runner.cgroup import PREFIX, driver_tag, own_cgroup, write_control
+from perftune.runner.cgroup import PREFIX, deepest_first, driver_tag, mount_point, own_cgroup, pids_in, write_control
 
 V1_ROOT = Path("/sys/fs/cgroup/memory")
 
@@ -47,12 +47,7 @@ def _field(text: str, key: str) -> int:
 
 def v1_mount() -> Path:
     """Where the cgroup v1 memory controller is mounted (``/sys/fs/cgroup/memory`` unless mountinfo says other)."""
-    for line in _read(Path("/proc/self/mountinfo")).splitlines():
-        head, _, tail = line.partition(" - ")
-        fields = tail.split(" ")
-        if fields[0] == "cgroup" and len(fields) > 2 and "memory" in fields[2].split(","):
-            return Path(head.split(" ")[4])
-    return V1_ROOT
+    return mount_point("cgroup", "memory") or V1_ROOT
 
 
 def memory_parent() -> tuple[Optional[Path], int, str]:
@@ -119,16 +114,12 @@ class MemoryCgroup:
     def holds(self, pid: int) -> bool:
         return self.version == 2 or str(pid) in _read(self.path / "cgroup.procs").split()
 
-    def folders(self) -> list[Path]:
-        """This cgroup and every one below it (the ranks' own under msrun), deepest first."""
-        found = [Path(root) for root, _, _ in os.walk(self.path)]
-        return sorted(found, key=lambda p: len(p.parts), reverse=True)
-
     def oom_kills(self) -> int:
-        """The kernel's out-of-memory kills in this cgroup and below it so far (v1 counts per cgroup: summed)."""
+        """The kernel's out-of-memory kills in this cgroup and below it (the ranks' own under msrun) so far (v1
+        counts per cgroup: summed)."""
         if self.version == 2:
             return _field(_read(self.path / "memory.events"), "oom_kill")
-        return sum(_field(_read(p / "memory.oom_control"), "oom_kill") for p in self.folders())
+        return sum(_field(_read(p / "memory.oom_control"), "oom_kill") for p in deepest_first(self.path))
 
     def peak_bytes(self) -> Optional[int]:
         """The most the cgroup was charged (v1 ``memory.max_usage_in_bytes``, v2 ``memory.peak``); None: unknown."""
@@ -149,17 +140,12 @@ class MemoryCgroup:
             remove_tree(self.path, timeout)
 
 
-def pids_of(folder: Path) -> list[int]:
-    return [int(x) for x in _read(folder / "cgroup.procs").split() if x.isdigit()]
-
-
 def remove_tree(path: Path, timeout: float = 5.0) -> None:
     """Kill every process in a v1 memory cgroup and those below it, then remove them, deepest first."""
-    folders = sorted((Path(r) for r, _, _ in os.walk(path)), key=lambda p: len(p.parts), reverse=True)
     end = time.monotonic() + timeout
-    for folder in folders:
-        while pids_of(folder) and time.monotonic() < end:
-            for pid in pids_of(folder):
+    for folder in deepest_first(path):
+        while pids_in(folder) and time.monotonic() < end:
+            for pid in pids_in(folder):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
