@@ -5,8 +5,11 @@ scripted measurements (``scripted_sweeps.py``): which configurations ran, in wha
 from __future__ import annotations
 
 import pytest
+import yaml
+from click.testing import CliRunner
 from scripted_sweeps import Script, make_sweep
 
+from perftune.cli import main
 from perftune.engine import ceilings
 from perftune.io.records import Splits, TrialResult
 from perftune.io.sweep_records import KnobCeiling
@@ -142,3 +145,12 @@ def test_every_ceiling_is_in_the_summary_the_tables_and_the_report(tmp_path):
     assert "### Ceilings from the splits" in markdown and all(line in markdown for line in lines)
     html = write_report(sweep.out).read_text(encoding="utf-8")
     assert 'id="ceilings"' in html and all(line in html for line in lines)
+
+
+@pytest.mark.parametrize("decision, field", [({"skip_cannot_gain": "maybe"}, "decision.skip_cannot_gain"),
+                                             ({"search_steps": 0}, "decision.search_steps")])
+def test_a_bad_decision_field_is_one_line_exit_2(tmp_path, decision, field):
+    plan = tmp_path / "bad.yaml"
+    plan.write_text(yaml.safe_dump({"name": "bad", "workload": "mlp", "decision": decision}))
+    run = CliRunner().invoke(main, ["validate", str(plan)])
+    assert run.exit_code == 2 and field in run.output and "Traceback" not in run.output, run.output
