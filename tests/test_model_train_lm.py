@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from perftune.burst.agreement import AGREE_LIMIT
+from perftune.burst.contention import CONTENDED_SHARE
 from perftune.engine.plan_load import load_plan
 from perftune.engine.specs import make_spec
 from perftune.io.records import TrialResult
@@ -68,6 +69,9 @@ def test_the_profiled_steps_are_the_timed_computation(tmp_path, loop):
         pytest.skip("another process used the machine during the timed windows: the timing checks need it idle")
     agreement = result.phase_agreement
     assert agreement is not None and agreement.agree, agreement
-    ratio = agreement.medians_ms["profiled"] / agreement.medians_ms["timed"]
-    assert 1 / AGREE_LIMIT <= ratio <= AGREE_LIMIT
+    busy = agreement.others_share  # others' use of the cores in each phase: a contended phase is not judged
+    assert {"accuracy", "warmup", "timed", "profiled"} <= set(busy)
+    if max(busy["profiled"], busy["timed"]) <= CONTENDED_SHARE:
+        ratio = agreement.medians_ms["profiled"] / agreement.medians_ms["timed"]
+        assert 1 / AGREE_LIMIT <= ratio <= AGREE_LIMIT
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perftune.burst.agreement import AGREE_LIMIT, PROFILED_LIMIT, SETTLING_LIMIT, check_phases, phase_medians
+from perftune.burst.agreement import AGREE_LIMIT, PROFILED_LIMIT, SETTLING_LIMIT, PhaseLoad, check_phases, phase_medians
 from perftune.io.records import StepRecord
 
 WAIT_MS = 12.0  # the quickstart's graph step is data-bound: it waits for its batch, then computes for 4-7 ms
@@ -107,3 +107,35 @@ def test_the_progress_line_and_summary_say_faster_or_slower():
         in process_flags(trial)
     assert "DISAGREE: the warmup steps x2.00 slower than the timed ones" in phase_lines(SimpleNamespace(
         phase_agreement=slow))[0]
+
+
+def test_a_phase_run_while_others_used_the_cores_is_an_info_note_not_a_warning():
+    """CI's failure: a script's accuracy window ran x3.3 slower than its uncontended timed steps while the suite's
+    other worker ran a burst.  The phase's own contention reading (``PhaseLoad``) tells the machine's doing from
+    the timing's; a gap no contention makes (a step timed from its dispatch) is still a warning."""
+    slow = [TIMED_MS * 3.3] * 9
+    records, timed = first_process(slow, WARMUP)
+    agreement, note = check_phases(records, timed)
+    assert not agreement.agree and note.kind == "warning"  # no reading: judged as before
+    agreement, note = check_phases(records, timed, {"accuracy": 0.48, "warmup": 0.02, "timed": 0.01})
+    assert agreement.agree and agreement.others_share["accuracy"] == pytest.approx(0.48)
+    assert note.kind == "info" and "accuracy steps" in note.text and "48% of the cores" in note.text
+    assert "slower" in note.text and "phases disagree" not in note.text
+    # contended timed steps excuse a faster phase too, and the uncontended phases are still judged
+    records, timed = first_process(WARMUP * 2 + [5.5], WARMUP, timed_ms=TIMED_MS * 2.5)
+    agreement, note = check_phases(records, timed, {"timed": 0.6})
+    assert agreement.agree and note.kind == "info" and "during the timed steps" in note.text
+    # x600 is no contention's doing
+    records, timed = first_process([1.2] * 9, [1.2] * 4, timed_ms=751.0, profiled=3.0)
+    agreement, note = check_phases(records, timed, {"accuracy": 0.5, "warmup": 0.5, "timed": 0.5})
+    assert not agreement.agree and note.kind == "warning" and "faster" in note.text
+
+
+def test_each_phase_reads_others_use_of_the_cores(tmp_path):
+    """``PhaseLoad`` reads the contention guard's counters at each phase change: a phase entered twice keeps its
+    busiest reading; the meter's burst records one share per phase it ran."""
+    load = PhaseLoad("accuracy")
+    for phase in ("warmup", "warmup", "timed", "profiled", "done"):
+        load.mark(phase)
+    assert set(load.shares) == {"accuracy", "warmup", "timed", "profiled"}
+    assert all(0.0 <= share <= 1.0 for share in load.shares.values())

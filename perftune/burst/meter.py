@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from perftune.burst.agreement import check_phases
+from perftune.burst.agreement import PhaseLoad, check_phases
 from perftune.burst.arms import Arms
 from perftune.burst.completion import complete, read_norm
 from perftune.burst.graph_count import GraphCount
@@ -72,7 +72,7 @@ class Meter:
         self.samples_seen = 0
         self.batch_sizes: Counter = Counter()
         self.last_end: Optional[float] = None
-        self.begin_t: Optional[float] = None
+        self.begin_t: Optional[float] = None  # when the step got its batch
         self.learning_rate: Optional[float] = None
         self.sink_steps = 0  # steps that arrived several per call (dataset_sink_mode)
         #: the route's validation, called with the accuracy window's figures at its end (not timed)
@@ -81,6 +81,7 @@ class Meter:
         self.graphs = GraphCount(self.result)  # at each phase's end
         self.started_wall = time.perf_counter()
         self.phase = "accuracy"
+        self.load = PhaseLoad(self.phase)  # others' use of the cores in each phase, for the phase check
         self.advance()  # into the first phase of non-zero size
 
     @property
@@ -100,8 +101,7 @@ class Meter:
     # -- the calls per step -------------------------------------------------------------------------------------
     def start(self) -> None:
         """Training (re)starts: the next step's time counts from here."""
-        self.last_end = time.perf_counter()
-        self.begin_t = None
+        self.last_end, self.begin_t = time.perf_counter(), None
 
     def begin(self) -> None:
         """The step has its batch and begins to compute."""
@@ -131,8 +131,7 @@ class Meter:
             self.result.compile_ms = self.records[0].step_ms  # the first step compiles the graph
             self.result.first_loss = value
         self.advance()
-        self.last_end = time.perf_counter()
-        self.begin_t = None
+        self.last_end, self.begin_t = time.perf_counter(), None
         return self.done
 
     def record(self, steps: int, step_ms: float, wait_ms: float, loss: Optional[float], norm: Optional[float],
@@ -181,8 +180,7 @@ class Meter:
             if self.phase == "done" or self.arms.switching or not self.complete():
                 return
             self.leave()
-            self.phase = ORDER[ORDER.index(self.phase) + 1]
-            self.in_phase = []
+            self.phase, self.in_phase = ORDER[ORDER.index(self.phase) + 1], []
             self.enter()
 
     def next_window(self) -> None:
@@ -191,6 +189,7 @@ class Meter:
             self.windows.open()
 
     def enter(self) -> None:
+        self.load.mark(RECORD_PHASE.get(self.phase, self.phase))
         if self.phase == "drain":
             self.arms.begin_drain()
         elif self.phase == "timed":
@@ -231,7 +230,8 @@ class Meter:
     def finish(self) -> None:
         self.done = True
         self.result.steps = self.records
-        self.result.phase_agreement, disagreement = check_phases(self.records, self.arm_a_timed())
+        self.result.phase_agreement, disagreement = check_phases(self.records, self.arm_a_timed(),
+                                                                    self.load.shares)
         if disagreement is not None:
             self.result.notes.append(disagreement)
         if self.batch_sizes:

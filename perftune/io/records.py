@@ -209,16 +209,16 @@ class Accuracy(Record):
 
 class PhaseAgreement(Record):
     """The median compute time (a step less its wait for data; ms, first steps left out) of each phase that runs
-    the same computation (accuracy, warm-up, timed, profiled) and whether they agree.  They should: a phase that
-    differs from the timed steps by more than ``limit`` (x1.3, or the timed steps' own p90/p10 spread where that is
-    wider; a settling accuracy window may be up to x2 slower) was timed differently, e.g. an asynchronous step timed
-    from its dispatch, and the trial's figures are suspect.  ``limit`` is the one that judged ``worst_phase``."""
+    the same computation (accuracy, warm-up, timed, profiled) and whether they agree: a phase that differs from the
+    timed steps by more than ``limit`` (``burst.agreement``: the one that judged ``worst_phase``) was timed
+    differently, e.g. an asynchronous step timed from its dispatch, and the trial's figures are suspect."""
 
     medians_ms: dict[str, float]
     worst_phase: Optional[str] = None  # the phase furthest from the timed steps
     ratio: float = 1.0  # that phase's median over the timed median, or the inverse: >= 1
     limit: float
-    agree: bool
+    agree: bool  # judged on the phases that ran uncontended (against uncontended timed steps)
+    others_share: dict[str, float] = Field(default_factory=dict)  # others' use of the cores, by phase (PhaseLoad)
 
 
 class Environment(Record):
