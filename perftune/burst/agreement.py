@@ -89,6 +89,10 @@ def phase_medians(records: list[StepRecord], timed: list[StepRecord]) -> dict[st
     return {name: float(np.median([compute_ms(r) for r in rs])) for name, rs in groups.items() if len(rs) >= 2}
 
 
+#: a phase shorter than this has no reading: the kernel counts CPU time in 10 ms ticks per core
+MIN_PHASE_S = 0.25
+
+
 class PhaseLoad:
     """Others' share of the cores during each phase (``contention.between`` from one phase change to the next; a
     phase entered twice, warm-up and drain, keeps its busiest part)."""
@@ -101,10 +105,10 @@ class PhaseLoad:
     def mark(self, phase: str) -> None:
         """``phase`` begins now (the previous one ends)."""
         now = contention.read()
-        if self.phase is not None and self.reading is not None:
+        if self.phase is not None and self.reading is not None and now.wall_s - self.reading.wall_s >= MIN_PHASE_S:
             share = contention.between(self.reading, now).others_cpu_share
             if share is not None:
-                self.shares[self.phase] = max(share, self.shares.get(self.phase, 0.0))
+                self.shares[self.phase] = max(min(share, 1.0), self.shares.get(self.phase, 0.0))
         self.phase, self.reading = phase, now
 
 
