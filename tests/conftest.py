@@ -29,7 +29,7 @@ SLOW_MODULES = {
     "test_graph_cache", "test_integrity", "test_integrity_resume", "test_mindcv_phases", "test_phase_routes",
     "test_ray", "test_script_loop", "test_script_workload", "test_step_equivalence", "test_sweep",
     "test_sweep_signals", "test_user_files", "test_mindformers", "test_eager_sweep", "test_eager_accuracy",
-    "test_range_sweep", "test_memory_limit",
+    "test_range_sweep",
 }
 #: fixtures that run a real sweep: every test that reads one is ``slow`` too
 SWEEP_FIXTURES = {
@@ -105,6 +105,10 @@ def write_plan(folder: Path, **fields) -> Path:
     # not depend on the load; paired processes of 2 short ABBA blocks (the default 6 x 0.5 s made one paired MLP
     # process 20-100 s).  A test that looks at either says so in its own decision
     plan["decision"] = {"remeasure_contended": 0, "paired_blocks": 2, "paired_window_s": 0.1, **plan["decision"]}
+    # and every process the plan's windows: a repeat chooses its count from the first process's spread and cost
+    # (engine/window_count.py, tested on scripted sweeps), up to 40 windows where a short window straddles an epoch's
+    # end (a 4-step window of an 8-step epoch: 47 s of a 9-process fits sweep's 143 s)
+    plan["burst"] = {"windows": "fixed", **plan["burst"]}
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{plan['name']}.yaml"
     path.write_text(yaml.safe_dump(plan, sort_keys=False))

@@ -8,6 +8,7 @@ import pytest
 from conftest import TINY_BURST, run_sweep_cli, write_plan
 
 from perftune.io.sweep_records import SweepResult
+from perftune.runner.cgroup import PREFIX, driver_tag
 
 
 def test_a_range_knob_runs_end_to_end_and_writes_its_record_and_figure(tmp_path):
@@ -35,31 +36,45 @@ def test_a_range_knob_runs_end_to_end_and_writes_its_record_and_figure(tmp_path)
 
 
 WIDE_MLP = {"in_dim": 1024, "hidden": 2048, "layers": 2, "classes": 8, "train_samples": 8192, "val_samples": 128}
+LIMIT_MB = 600
 
 
 def test_until_fits_under_a_memory_limit_records_the_oom_trials_and_goes_on(tmp_path):
-    """``test_memory_limit.py`` measured this MLP: batch 64 fits in 600 MB, 4096 does not; the search finds the
-    largest power of two between that fits (which one is the machine's answer)."""
+    """``burst.memory_limit_mb`` for real, and the fits search on it: measured here first (a wider MLP, graph mode,
+    2 cores, cgroup v1 memory), the trial's cgroup is charged about 0.5 GB at batch 64 and past 0.6 GB at batch
+    4096, so 600 MB fits the one and kills the other.  The search finds the largest power of two between that fits
+    (which one is the machine's answer); the batch past the limit is recorded "oom" with the cgroup's evidence, the
+    sweep goes on (a knob measured after it), and no memory cgroup is left behind."""
     from perftune.runner import memcg
 
     if memcg.memory_parent()[0] is None:
         pytest.skip("no memory cgroup can be used here")
     plan = write_plan(tmp_path, name="fits", workload_params=WIDE_MLP,
-                      burst={**TINY_BURST, "steps": 4, "profile_steps": 0, "memory_limit_mb": 600},
+                      burst={**TINY_BURST, "steps": 4, "profile_steps": 0, "memory_limit_mb": LIMIT_MB},
                       baseline={"batch_size": 512, "mode": "graph", "prefetch_size": 2},
                       # from 512, not 64: 4 sizes to climb instead of 7 (the suite's time), 4096 still past the limit
-                      variables={"batch_size": {"range": [512, 4096], "scale": "log2", "until": "fits"}},
+                      variables={"batch_size": {"range": [512, 4096], "scale": "log2", "until": "fits"},
+                                 "kernel_threads": [1]},
                       accuracy={"samples": 4096, "seeds": 1, "rel_tolerance": 1000},
                       decision={"baseline_runs": 2, "max_runs": 1, "search_steps": 1})
     out = tmp_path / "out"
     run = run_sweep_cli(plan, out)
     assert run.exit_code == 0, run.output
+    assert f"memory of each trial limited to {LIMIT_MB} MB by a cgroup" in run.output
     result = SweepResult.model_validate_json((out / "results.json").read_text())
     (record,) = result.searches
     assert result.status == "complete" and record.fits[-1].status == "oom"
     assert [f.status for f in record.fits[:-1]] == ["ok"] * (len(record.fits) - 1)
     assert record.largest_fit == record.fits[-1].value // 2 and record.start == record.largest_fit
-    oom = [t for t in result.trials if t.changes == {"batch_size": record.fits[-1].value}]
-    assert [t.verdict for t in oom] == ["oom"]
+    (oom,) = [t for t in result.trials if t.changes == {"batch_size": record.fits[-1].value}]
+    assert oom.verdict == "oom" and oom.result.status == "oom" and not oom.result.retry_on_resume, oom.reason
+    assert "out-of-memory killer struck" in oom.reason and f"burst.memory_limit_mb={LIMIT_MB}" in oom.reason
+    assert "oom_kill 1 in memory." in oom.reason
     assert record.found is not None and record.found <= record.largest_fit
     assert f"largest {record.largest_fit}" in run.output
+    baseline = next(t for t in result.trials if t.kind == "baseline")
+    assert baseline.result.status == "ok" and f"memory limited to {LIMIT_MB} MB" in baseline.result.containment
+    after = next(t for t in result.trials if t.changes == {"kernel_threads": 1})  # measured after the oom
+    assert after.result.status == "ok" and "peak host memory x" in after.reason
+    assert not [p.name for p in memcg.memory_parent()[0].iterdir()
+                if p.name.startswith(f"{PREFIX}{driver_tag()}-")]  # every trial's memory cgroup removed

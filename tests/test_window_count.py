@@ -65,3 +65,15 @@ def test_a_sweeps_repeat_processes_run_the_chosen_windows(tmp_path):
     assert repeats and all(t.window_count is not None for t in repeats)
     assert all(t.result.burst.repeats == t.window_count.windows for t in repeats)
     assert any(t.window_count.windows != 3 for t in repeats)
+
+
+def test_a_repeats_windows_take_at_most_its_fixed_cost():
+    """A window spread that is structure, not noise (every other 4-step window holding an 8-step epoch's end) and a
+    between-process variance at its floor asked for 40 windows of 2.8 s in a process of 14 s fixed cost: the windows
+    are capped at what the fixed cost pays for."""
+    first = process(14.0 + 2 * 2.8, 2.8, [800.0, 1000.0])
+    choice = window_count.choose([first], Noise(var=1e-6, df=10), 2)
+    assert choice.optimum > window_count.MAX_WINDOWS
+    assert choice.windows == math.floor(14.0 / 2.8) == 5
+    # a cheap process still gets its two windows
+    assert window_count.choose([process(1.2, 1.0, [800.0, 1000.0])], Noise(var=1e-6, df=10), 2).windows == 2

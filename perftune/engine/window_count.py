@@ -60,7 +60,12 @@ def choose(results: Sequence[TrialResult], noise: Noise, default: int) -> Option
     if window_s <= 0:
         return None
     best = math.sqrt(process_s / window_s * var_w / var_p)
-    windows = int(min(MAX_WINDOWS, max(MIN_WINDOWS, round(best))))
+    # and no more windows than take the process's fixed cost: more leans on a between-process variance at its
+    # floor, which no A/A here reaches (+-5% in the quickstart), while a window spread that is structure, not noise
+    # (4-step windows of an 8-step epoch, every other one holding the epoch's end), asked for 40 windows of 2.8 s
+    # in a process of 14 s fixed cost.  The quickstart's repeats choose 2-6, under caps of 7-49
+    most = min(MAX_WINDOWS, max(MIN_WINDOWS, math.floor(process_s / window_s)))
+    windows = int(min(most, max(MIN_WINDOWS, round(best))))
     return WindowCount(windows=windows, optimum=best, default=default, process_s=process_s, window_s=window_s,
                         window_sd=math.sqrt(var_w), process_sd=math.sqrt(var_p))
 
