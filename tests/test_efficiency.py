@@ -78,7 +78,8 @@ def test_report_states_the_peak_and_every_trials_mfu(quick_sweep, tmp_path, cach
     drift = section(html, "drift")
     assert 'alt="Throughput drift' in drift and "<img" in drift
     diff = section(html, "loss-difference")
-    changes = [t for t in ok if t.kind != "baseline"]
+    # each change's first process (the one with an accuracy window): how many repeats a change needed is the machine's
+    changes = [t for t in ok if t.kind != "baseline" and t.replicate == 0]
     assert 'alt="Loss difference' in diff and len(cells(diff, "loss-difference-table")) == len(changes)
 
 
