@@ -201,9 +201,11 @@ def test_a_sweep_on_two_nodes_has_the_local_layout_and_records_its_nodes(cluster
 
 
 def test_ctrl_c_on_the_driver_stops_the_remote_bursts_of_every_lane(cluster, tmp_path, sweeps):
+    # windows of at least 2 s: each lane's burst times 6 s or more whatever the machine's speed, so the two lanes'
+    # bursts overlap (40-step windows on a busy core once let the sweep end before both were seen at once)
     plan = write_plan(tmp_path, name="rayint", workload_params=dict(TINY_MLP),
-                      burst={**BURST, "steps": 40, "repeats": 3, "profile_steps": 0}, variables={"prefetch_size": [4]},
-                      decision={"baseline_runs": 1})
+                      burst={**BURST, "steps": 40, "repeats": 3, "profile_steps": 0, "min_window_s": 2.0},
+                      variables={"prefetch_size": [4]}, decision={"baseline_runs": 1})
     out = tmp_path / "out"
     proc = start_sweep(plan, out, cluster.address)
     sweeps.append(proc)
