@@ -99,13 +99,13 @@ class PhaseLoad:
 
     def __init__(self, first: str) -> None:
         self.shares: dict[str, float] = {}
-        self.phase: Optional[str] = first
-        self.reading: Optional[contention.Reading] = contention.read()
+        self.phase = first
+        self.reading = contention.read()
 
     def mark(self, phase: str) -> None:
         """``phase`` begins now (the previous one ends)."""
         now = contention.read()
-        if self.phase is not None and self.reading is not None and now.wall_s - self.reading.wall_s >= MIN_PHASE_S:
+        if now.wall_s - self.reading.wall_s >= MIN_PHASE_S:
             share = contention.between(self.reading, now).others_cpu_share
             if share is not None:
                 self.shares[self.phase] = max(min(share, 1.0), self.shares.get(self.phase, 0.0))
@@ -133,7 +133,7 @@ def check_phases(records: list[StepRecord], timed: list[StepRecord],
                             agree=all(ratios[p] <= limits[p] for p in judged), others_share=others)
     if record.agree:
         excused = [p for p in ratios if p not in judged and ratios[p] > limits[p]]
-        return record, (busy_note(excused[0], medians, centre, others) if excused else None)
+        return record, (busy_note(excused[0], medians, centre, ratios[excused[0]], others) if excused else None)
     side = "faster" if medians[worst] < centre else "slower"
     return record, Note(kind="warning", text=(
         f"phases disagree: the {worst} steps' median compute {medians[worst]:.1f} ms (a step less its wait for data) "
@@ -142,11 +142,11 @@ def check_phases(records: list[StepRecord], timed: list[StepRecord],
         "changed between phases), so this trial's figures are suspect"))
 
 
-def busy_note(phase: str, medians: dict[str, float], centre: float, others: dict[str, float]) -> Note:
-    """A phase's gap where it (or the timed steps) ran while other processes used the cores: the machine's doing."""
+def busy_note(phase: str, medians: dict[str, float], centre: float, ratio: float, others: dict[str, float]) -> Note:
+    """A phase's gap (``ratio``, >= 1, as ``check_phases`` measured it) where it (or the timed steps) ran while other
+    processes used the cores: the machine's doing."""
     busiest = max(("timed", phase), key=lambda p: others.get(p, 0.0))
     side = "faster" if medians[phase] < centre else "slower"
-    ratio = max(medians[phase] / centre, centre / max(medians[phase], 1e-9))
     return Note(kind="info", text=(
         f"the {phase} steps' median compute {medians[phase]:.1f} ms ran x{ratio:.2f} {side} than the timed steps' "
         f"{centre:.1f} ms while other processes used {others[busiest]:.0%} of the cores during the {busiest} "

@@ -210,22 +210,27 @@ def used_processes(result: SweepResult, label: str) -> list[TrialResult]:
 
 def quoted_process(result: SweepResult, label: str) -> Optional[TrialResult]:
     """The process a configuration's throughput is quoted by (summary and tables alike): the median of its used
-    processes by samples/s (the lower one of an even count); None where none is used."""
-    used = sorted(used_processes(result, label), key=lambda r: r.samples_per_s or 0.0)
-    return used[(len(used) - 1) // 2] if used else None
+    processes by samples/s (``median_process``); None where none is used."""
+    return median_process(used_processes(result, label))
+
+
+def median_process(used: list[TrialResult]) -> Optional[TrialResult]:
+    """The median of ``used`` by samples/s (the lower one of an even count); None where it is empty."""
+    ranked = sorted(used, key=lambda r: r.samples_per_s or 0.0)
+    return ranked[(len(ranked) - 1) // 2] if ranked else None
 
 
 def quoted_text(result: SweepResult, label: str) -> str:
     """A configuration's throughput as its used processes measured it (their median) and, for a language model,
     its first process's accuracy (where the accuracy window ran)."""
     first = next((t.result for t in result.trials if t.label == label and t.result.status == "ok"), None)
-    median = quoted_process(result, label)
+    used = used_processes(result, label)
+    median = median_process(used)
     if first is None:
         return ""
     if median is None:
         return lm.progress_text(first)
-    used = len(used_processes(result, label))
-    how = f" (median of the {used} processes used)" if used > 1 else ""
+    how = f" (median of the {len(used)} processes used)" if len(used) > 1 else ""
     return ", ".join(p for p in (lm.throughput_text(median) + how, lm.accuracy_text(first)) if p)
 
 
