@@ -47,9 +47,23 @@ SHARED_SWEEP_MODULES = {
 SWEEP_UNIT = {module: f"{sweep} readers" for sweep, modules in SHARED_SWEEP_MODULES.items() for module in modules}
 
 
+#: the work units that keep a worker busy a minute or more (``pytest --durations=0`` with a core busy), longest first:
+#: started first, so that the short units fill the other worker's time at the end (longest processing time first)
+#: instead of a long sweep starting last and running alone
+LONGEST_FIRST = [
+    "test_eager_sweep", "test_range_sweep", "test_ray", "test_containment", "test_step_equivalence",
+    "test_distributed", "test_faults", "test_burst", "lm_sweep readers", "test_integrity_resume", "test_own_knobs",
+    "test_integrity", "test_model_train_lm", "quick_sweep readers",
+]
+
+
+def module_of(item) -> str:
+    return item.module.__name__.rpartition(".")[2] if item.module else ""
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
-        module = item.module.__name__.rpartition(".")[2] if item.module else ""
+        module = module_of(item)
         fixtures = set(getattr(item, "fixturenames", ()))
         if module in SLOW_MODULES or SWEEP_FIXTURES & fixtures:
             item.add_marker(pytest.mark.slow)
@@ -57,6 +71,17 @@ def pytest_collection_modifyitems(items):
             if module not in SHARED_SWEEP_MODULES[sweep]:
                 raise pytest.UsageError(f"{item.nodeid} reads {sweep}: add {module} to SHARED_SWEEP_MODULES "
                                         "(tests/conftest.py), or the sweep runs again on another xdist worker")
+    # the order xdist hands out work units (``pytest_xdist_make_scheduler``): the longest, then the rest of the units
+    # that start processes, then the ones that start none; a unit's tests stay together and in their order
+    slow_units = {SWEEP_UNIT.get(module_of(i), module_of(i)) for i in items if i.get_closest_marker("slow")}
+
+    def rank(item) -> tuple[int, int]:
+        unit = SWEEP_UNIT.get(module_of(item), module_of(item))
+        if unit in LONGEST_FIRST:
+            return 0, LONGEST_FIRST.index(unit)
+        return (1 if unit in slow_units else 2), 0
+
+    items.sort(key=rank)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which would answer first
@@ -66,6 +91,8 @@ def pytest_xdist_make_scheduler(config, log):
     ``loadgroup`` marks have no effect under pytest 9.2 (it renames ``item._nodeid``, which pytest 9.2 no longer
     reads: every test was its own unit, and the eager sweep ran on both workers)."""
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False  # the units in collection order (``LONGEST_FIRST``), not by test count
 
     class ByModule(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
@@ -85,7 +112,10 @@ def pytest_xdist_auto_num_workers(config):
 
 #: a small, fast MLP: bursts of a few seconds
 TINY_MLP = {"in_dim": 64, "hidden": 128, "layers": 2, "classes": 8, "train_samples": 1024, "val_samples": 128}
-TINY_BURST = {"warmup_steps": 1, "steps": 8, "repeats": 2, "profile_steps": 2, "timeout_s": 120}
+#: no profiled steps: the profiler and its parser are about a second of each ~5 s burst (measured side by side,
+#: ``perftune run`` of this plan with 2 and 0 profiled steps); the tests that read splits ask for them (``PROFILED``)
+TINY_BURST = {"warmup_steps": 1, "steps": 8, "repeats": 2, "profile_steps": 0, "timeout_s": 120}
+PROFILED = {**TINY_BURST, "profile_steps": 2}
 
 
 def write_plan(folder: Path, **fields) -> Path:
@@ -108,7 +138,9 @@ def write_plan(folder: Path, **fields) -> Path:
     # and every process the plan's windows: a repeat chooses its count from the first process's spread and cost
     # (engine/window_count.py, tested on scripted sweeps), up to 40 windows where a short window straddles an epoch's
     # end (a 4-step window of an 8-step epoch: 47 s of a 9-process fits sweep's 143 s)
-    plan["burst"] = {"windows": "fixed", **plan["burst"]}
+    # and a warm-up drain of at most half a second: a compute-bound step never empties its queue, so the drain runs
+    # to its cap (16 steps: 4 s of a 250 ms step in the fits sweep's processes); the drain's own tests set theirs
+    plan["burst"] = {"windows": "fixed", "drain_s": 0.5, **plan["burst"]}
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{plan['name']}.yaml"
     path.write_text(yaml.safe_dump(plan, sort_keys=False))
@@ -164,7 +196,8 @@ def quick_sweep(tmp_path_factory) -> Path:
     """
     folder = tmp_path_factory.mktemp("quick_sweep")
     plan = write_plan(folder, name="quick", workload_params={**TINY_MLP, "preprocess_ms": 0.5},
-                      variables={"mode": ["pynative"], "num_parallel_workers": [2]}, decision={"max_runs": 2})
+                      variables={"mode": ["pynative"], "num_parallel_workers": [2]}, decision={"max_runs": 2},
+                      burst=dict(PROFILED))
     out = folder / "out"
     result = run_sweep_cli(plan, out)
     assert result.exit_code == 0, result.output
@@ -186,8 +219,10 @@ def lm_sweep(tmp_path_factory) -> tuple[Path, str]:
 
     folder = tmp_path_factory.mktemp("lm_sweep")
     plan = write_plan(folder, name="lm", workload="tiny_gpt", workload_params=dict(TINY_GPT),
-                      burst={**TINY_BURST, "steps": 4, "timeout_s": 240}, baseline={"batch_size": 8, "mode": "graph"},
-                      variables={"recompute": [True]}, decision={"baseline_runs": 1})
+                      burst={**PROFILED, "steps": 4, "timeout_s": 240}, baseline={"batch_size": 8, "mode": "graph"},
+                      # one fresh process a side: what the tests read is the view, not the verdict (paired processes
+                      # and more rounds were 4 of 7 processes; paired rows' figures: test_user_messages.py)
+                      variables={"recompute": [True]}, decision={"baseline_runs": 1, "max_runs": 1, "paired": False})
     out = folder / "out"
     result = CliRunner().invoke(main, ["sweep", str(plan), "--out", str(out), "--progress"], catch_exceptions=False)
     assert result.exit_code == 0, result.output

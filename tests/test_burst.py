@@ -11,7 +11,7 @@ import numpy as np
 import psutil
 import pytest
 import yaml
-from conftest import TINY_BURST, TINY_MLP
+from conftest import PROFILED, TINY_BURST, TINY_MLP
 
 from perftune.cli import main
 from perftune.compat import cli_runner
@@ -26,7 +26,7 @@ def plan_for(workload: str = "mlp", params=None, burst=None, baseline=None):
         "name": "burst-test",
         "workload": workload,
         "workload_params": TINY_MLP if params is None else params,
-        "burst": {**TINY_BURST, **(burst or {})},
+        "burst": {**PROFILED, **(burst or {})},
         "baseline": {"batch_size": 32, "mode": "graph", "prefetch_size": 2, **(baseline or {})},
     })
 
@@ -65,7 +65,7 @@ def test_burst_end_to_end(baseline):
     assert all(w.steps == TINY_BURST["steps"] and w.samples_per_s > 0 for w in result.windows)
     phases = [s.phase for s in result.steps]
     assert phases.count("timed") == TINY_BURST["steps"] * TINY_BURST["repeats"]
-    assert phases.count("profiled") in (0, TINY_BURST["profile_steps"])
+    assert phases.count("profiled") in (0, PROFILED["profile_steps"])
     # + the prefetch drain: at least one step, at most DRAIN_CAP_FACTOR x (prefetch_size + 2)
     from perftune.burst.drain import DRAIN_CAP_FACTOR
 

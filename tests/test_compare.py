@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TINY_MLP, run_sweep_cli, write_plan
+from conftest import PROFILED, REPO, TINY_MLP, run_sweep_cli, write_plan
 
 from perftune.cli import main
 from perftune.compare.run import run_compare
@@ -32,9 +32,10 @@ def compare_runs(tmp_path_factory) -> dict[str, Path]:
     burst with batch_size 16 (nothing in common with the sweeps)."""
     folder = tmp_path_factory.mktemp("compare")
     # no re-measuring of contended processes: the number of processes per side must not depend on the machine's load
-    plan = write_plan(folder / "plans", name="same", output_dir=str(folder / "scratch"),
+    # profiled: ``--metric split.forward`` compares the profiles' splits
+    plan = write_plan(folder / "plans", name="same", output_dir=str(folder / "scratch"), burst=dict(PROFILED),
                       decision={"baseline_runs": 1, "remeasure_contended": 0})
-    slow_plan = write_plan(folder / "plans", name="slow", output_dir=str(folder / "scratch"),
+    slow_plan = write_plan(folder / "plans", name="slow", output_dir=str(folder / "scratch"), burst=dict(PROFILED),
                            workload_params={**TINY_MLP, "preprocess_ms": 8.0},
                            decision={"baseline_runs": 2, "max_runs": 2, "remeasure_contended": 0})
     runs = {"same_a": folder / "same_a", "same_b": folder / "same_b", "slow": folder / "slow"}

@@ -14,14 +14,15 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import TINY_BURST, TINY_MLP, run_sweep_cli, tmpfs, write_plan
+from conftest import PROFILED, TINY_BURST, TINY_MLP, run_sweep_cli, tmpfs, write_plan
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def one_trial_plan(folder: Path, name: str = "one", **fields) -> Path:
-    """Baseline only, one run asked (the sequential rule may add a repeat process of the baseline)."""
-    return write_plan(folder, name=name, decision={"baseline_runs": 1}, **fields)
+    """Baseline only, one run asked (the sequential rule may add a repeat process of the baseline), profiled: the
+    faults here include the profiler's (its folder left by a kill, its analysis processes on a full disk)."""
+    return write_plan(folder, name=name, decision={"baseline_runs": 1}, **{"burst": dict(PROFILED), **fields})
 
 
 def sweep_process(plan: Path, out: Path, *extra: str) -> subprocess.Popen:

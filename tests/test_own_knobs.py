@@ -22,7 +22,7 @@ from perftune.routes import script_argv
 HERE = Path(__file__).resolve().parent
 JOB = HERE / "own_knobs"
 EXAMPLE = HERE.parent / "experiments" / "own_knobs"
-TINY_BURST = {"warmup_steps": 1, "steps": 6, "repeats": 2, "profile_steps": 1, "timeout_s": 120}
+TINY_BURST = {"warmup_steps": 1, "steps": 6, "repeats": 2, "profile_steps": 0, "timeout_s": 120}  # no split read here
 
 
 def job_plan(folder: Path, **changes) -> dict:

@@ -44,17 +44,17 @@ def test_until_fits_under_a_memory_limit_records_the_oom_trials_and_goes_on(tmp_
     2 cores, cgroup v1 memory), the trial's cgroup is charged about 0.5 GB at batch 64 and past 0.6 GB at batch
     4096, so 600 MB fits the one and kills the other.  The search finds the largest power of two between that fits
     (which one is the machine's answer); the batch past the limit is recorded "oom" with the cgroup's evidence, the
-    sweep goes on (a knob measured after it), and no memory cgroup is left behind."""
+    sweep goes on (the search measures after it), and no memory cgroup is left behind."""
     from perftune.runner import memcg
 
     if memcg.memory_parent()[0] is None:
         pytest.skip("no memory cgroup can be used here")
     plan = write_plan(tmp_path, name="fits", workload_params=WIDE_MLP,
                       burst={**TINY_BURST, "steps": 4, "profile_steps": 0, "memory_limit_mb": LIMIT_MB},
-                      baseline={"batch_size": 512, "mode": "graph", "prefetch_size": 2},
-                      # from 512, not 64: 4 sizes to climb instead of 7 (the suite's time), 4096 still past the limit
-                      variables={"batch_size": {"range": [512, 4096], "scale": "log2", "until": "fits"},
-                                 "kernel_threads": [1]},
+                      baseline={"batch_size": 1024, "mode": "graph", "prefetch_size": 2},
+                      # from the baseline's 1024, not 64: 2 sizes to climb instead of 6 (the suite's time), 4096
+                      # still past the limit
+                      variables={"batch_size": {"range": [1024, 4096], "scale": "log2", "until": "fits"}},
                       accuracy={"samples": 4096, "seeds": 1, "rel_tolerance": 1000},
                       decision={"baseline_runs": 2, "max_runs": 1, "search_steps": 1})
     out = tmp_path / "out"
@@ -74,7 +74,10 @@ def test_until_fits_under_a_memory_limit_records_the_oom_trials_and_goes_on(tmp_
     assert f"largest {record.largest_fit}" in run.output
     baseline = next(t for t in result.trials if t.kind == "baseline")
     assert baseline.result.status == "ok" and f"memory limited to {LIMIT_MB} MB" in baseline.result.containment
-    after = next(t for t in result.trials if t.changes == {"kernel_threads": 1})  # measured after the oom
-    assert after.result.status == "ok" and "peak host memory x" in after.reason
+    # the sweep went on: the search's comparisons and the found value's race measured after the oom, in order
+    after = result.trials[result.trials.index(oom) + 1:]
+    assert [t for t in after if t.kind == "repeat" and t.result.status == "ok"]
+    found = next(t for t in result.trials if t.changes == {"batch_size": record.found} and t.kind == "single")
+    assert "peak host memory x" in found.reason and f"burst.memory_limit_mb={LIMIT_MB}" in found.reason
     assert not [p.name for p in memcg.memory_parent()[0].iterdir()
                 if p.name.startswith(f"{PREFIX}{driver_tag()}-")]  # every trial's memory cgroup removed
