@@ -61,6 +61,11 @@ def module_of(item) -> str:
     return item.module.__name__.rpartition(".")[2] if item.module else ""
 
 
+def unit_of(item) -> str:
+    """The xdist work unit a test belongs to: its session sweep's readers, or its module."""
+    return SWEEP_UNIT.get(module_of(item), module_of(item))
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         module = module_of(item)
@@ -73,10 +78,10 @@ def pytest_collection_modifyitems(items):
                                         "(tests/conftest.py), or the sweep runs again on another xdist worker")
     # the order xdist hands out work units (``pytest_xdist_make_scheduler``): the longest, then the rest of the units
     # that start processes, then the ones that start none; a unit's tests stay together and in their order
-    slow_units = {SWEEP_UNIT.get(module_of(i), module_of(i)) for i in items if i.get_closest_marker("slow")}
+    slow_units = {unit_of(i) for i in items if i.get_closest_marker("slow")}
 
     def rank(item) -> tuple[int, int]:
-        unit = SWEEP_UNIT.get(module_of(item), module_of(item))
+        unit = unit_of(item)
         if unit in LONGEST_FIRST:
             return 0, LONGEST_FIRST.index(unit)
         return (1 if unit in slow_units else 2), 0

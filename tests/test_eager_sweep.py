@@ -16,7 +16,8 @@ from perftune.io.sweep_records import SweepResult
 
 @pytest.fixture(scope="module")
 def eager_sweep(tmp_path_factory):
-    """A compute-bound, eager (PyNative) baseline: graph kernel fusion cannot run on CPU.  Which of two configurations is faster is the machine's answer and is not asserted here."""
+    """A compute-bound, eager (PyNative) baseline: graph kernel fusion cannot run on CPU.  Which of two
+    configurations is faster is the machine's answer and is not asserted here."""
     folder = tmp_path_factory.mktemp("eager_sweep")
     plan = write_plan(folder, name="eager", baseline={"batch_size": 32, "mode": "pynative", "prefetch_size": 2},
                       variables={"amp_level": ["O1"], "graph_kernel": ["on"]},

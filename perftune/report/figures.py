@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import functools
 import io
-import math
 from typing import Callable, Optional, Sequence
 
 import matplotlib
@@ -18,7 +17,7 @@ from matplotlib.figure import Figure
 
 from perftune.compat import mathtext_off
 from perftune.io.records import PHASES
-from perftune.words.format import speed_text
+from perftune.words.format import is_missing, speed_text
 
 WIDTH_IN = 8.0
 DPI = 110
@@ -54,7 +53,8 @@ def rows_height(n_rows: int) -> float:
 
 
 def _ok(value) -> bool:
-    return value is not None and not (isinstance(value, float) and math.isnan(value))
+    """A value to draw: not missing by the tables' rule (``words.format.is_missing``)."""
+    return not is_missing(value)
 
 
 def tidy_axes(ax, xlabel: Optional[str] = None, grid: str = "x") -> None:
