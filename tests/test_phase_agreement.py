@@ -15,6 +15,7 @@ from perftune.burst.agreement import (
     AGREE_LIMIT,
     MIN_PHASE_S,
     PROFILED_LIMIT,
+    QUEUE_FED_LIMIT,
     SETTLING_LIMIT,
     PhaseLoad,
     check_phases,
@@ -88,6 +89,39 @@ def test_profiled_steps_slowed_by_the_profiler_raise_nothing_but_faster_ones_do(
     assert not agreement.agree and agreement.worst_phase == "profiled" and agreement.limit == PROFILED_LIMIT
     agreement, note = check_phases(*first_process(SETTLING, WARMUP, profiled=TIMED_MS / 1.59))
     assert not agreement.agree and agreement.worst_phase == "profiled" and "faster" in note.text
+
+
+def test_profiled_steps_fed_from_a_full_queue_may_run_faster_than_data_bound_timed_steps():
+    """The quickstart's graph first process (README command 1, 2026-12-08 00:27, idle): its timed steps waited 17 ms
+    for each batch and computed 4.3 ms while the one Python map worker refilled the queue beside them; its profiled
+    steps took batches queued during the profiler's start (0.2 ms wait) and computed 3.08 and 3.32 ms, x1.34 faster,
+    which the common x1.30 called a disagreement.  Faster from a full queue is the pipeline resting, up to
+    ``QUEUE_FED_LIMIT``; the same gap with the profiled steps waiting as the timed ones did, or a step timed from its
+    dispatch fed from the queue, is still a warning."""
+    rng = np.random.default_rng(1)
+    waits = list(rng.uniform(16.5, 18.0, 30))
+    timed = [StepRecord(phase="timed", window=i // 10, step_ms=4.3 * rng.uniform(0.95, 1.05) + w, data_wait_ms=w)
+             for i, w in enumerate(waits)]
+    queued = [StepRecord(phase="profiled", step_ms=c, data_wait_ms=w)
+              for c, w in ((9.4, 0.2), (3.24, 0.16), (3.51, 0.19))]
+    agreement, note = check_phases(timed + queued, timed)
+    assert agreement.medians_ms["profiled"] < agreement.medians_ms["timed"] / AGREE_LIMIT  # past the common limit
+    assert agreement.agree and note is None
+    assert agreement.worst_phase == "profiled" and agreement.limit == QUEUE_FED_LIMIT
+    # the profiled steps waited like the timed ones: the pipeline did not rest, the common limit holds
+    waited = [StepRecord(phase="profiled", step_ms=r.step_ms - r.data_wait_ms + 17.0, data_wait_ms=17.0)
+              for r in queued]
+    agreement, note = check_phases(timed + waited, timed)
+    assert not agreement.agree and agreement.limit < QUEUE_FED_LIMIT and "faster" in note.text
+    # a compute-bound step has no resting pipeline to excuse a faster phase
+    busy = [StepRecord(phase="timed", window=r.window, step_ms=r.step_ms - r.data_wait_ms + 0.3, data_wait_ms=0.3)
+            for r in timed]
+    agreement, note = check_phases(busy + queued, busy)
+    assert not agreement.agree and agreement.worst_phase == "profiled" and agreement.limit < QUEUE_FED_LIMIT
+    # x600, fed from the queue or not, is still caught
+    dispatched = [StepRecord(phase="profiled", step_ms=c, data_wait_ms=0.1) for c in (0.01, 0.007, 0.007)]
+    agreement, note = check_phases(timed + dispatched, timed)
+    assert not agreement.agree and agreement.ratio > 100 and note.kind == "warning"
 
 
 def test_the_warm_up_has_no_settling_allowance():
