@@ -50,7 +50,7 @@ def test_until_fits_under_a_memory_limit_records_the_oom_trials_and_goes_on(tmp_
     if memcg.memory_parent()[0] is None:
         pytest.skip("no memory cgroup can be used here")
     plan = write_plan(tmp_path, name="fits", workload_params=WIDE_MLP,
-                      burst={**TINY_BURST, "steps": 4, "profile_steps": 0, "memory_limit_mb": LIMIT_MB},
+                      burst={**TINY_BURST, "steps": 2, "profile_steps": 0, "memory_limit_mb": LIMIT_MB},
                       baseline={"batch_size": 1024, "mode": "graph", "prefetch_size": 2},
                       # from the baseline's 1024, not 64: 2 sizes to climb instead of 6 (the suite's time), 4096
                       # still past the limit
