@@ -252,3 +252,22 @@ def test_a_node_that_dies_mid_trial_is_replaced_and_recorded(cluster, tmp_path, 
     print(f"[lost run recorded as: {node['lost']}]", file=sys.stderr)
     assert node["attempts"] == 2 and len(node["lost"]) == 1, node
     assert record["status"] == "ok" and node["node_id"] == cluster.workers[0].node_id
+
+
+def test_a_killed_workers_trial_folder_is_removed_by_the_nodes_next_task(tmp_path):
+    """A Ray worker killed under its task (a lost node, Ctrl-C's forced cancel) leaves its trial folder in the node's
+    temporary folder; the node's next task (``run_on_node``) removes every folder whose worker pid is gone and
+    leaves a running worker's alone.  Real processes: one that has exited, and this one."""
+    from perftune.runner.ray_executor import remove_orphans
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = tmp_path / f"{gone.pid}-abc123"
+    (dead / "5a92e651d8fe").mkdir(parents=True)
+    (dead / "5a92e651d8fe" / "spec.json").write_text("{}")
+    live = tmp_path / f"{os.getpid()}-def456"
+    live.mkdir()
+    stranger = tmp_path / "notes"
+    stranger.mkdir()
+    assert remove_orphans(tmp_path) == [dead]
+    assert not dead.exists() and live.exists() and stranger.exists()

@@ -18,6 +18,7 @@ Ctrl-C cancels the running tasks (their bursts are stopped with them).  Ray is i
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import socket
 import tarfile
@@ -26,6 +27,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
+
+import psutil
 
 from perftune.errors import UserError
 from perftune.io.derived import failed_result
@@ -49,6 +52,23 @@ def import_ray():
     return ray
 
 
+#: each task's trial folder on its node, ``<tmp>/perftune-trials/<Ray worker pid>-<random>``: a worker killed under
+#: its task (Ctrl-C's cancel, a lost node) cannot remove its own, so the node's next task removes it
+TRIALS_FOLDER = "perftune-trials"
+
+
+def remove_orphans(root: Path) -> list[Path]:
+    """Remove the trial folders under ``root`` whose worker process is gone; returns them.  A folder whose pid is
+    alive (another worker's task running now, or a reused pid) is left alone."""
+    removed = []
+    for folder in sorted(root.glob("*-*")):
+        pid = folder.name.split("-", 1)[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
 def run_on_node(spec_data: dict) -> dict:
     """The Ray task: run one trial in a temporary folder on this node, return the folder packed and the node."""
     import ray
@@ -61,7 +81,10 @@ def run_on_node(spec_data: dict) -> dict:
     # the driver's cache folder may not exist here: the node keeps its own (datasets written once per node)
     cache = Path(tempfile.gettempdir()) / "perftune-cache" / node_id[:12]
     spec = spec.model_copy(update={"cache_dir": str(cache)})
-    with tempfile.TemporaryDirectory(prefix="perftune-trial-") as tmp:
+    root = Path(tempfile.gettempdir()) / TRIALS_FOLDER
+    root.mkdir(parents=True, exist_ok=True)
+    remove_orphans(root)
+    with tempfile.TemporaryDirectory(prefix=f"{os.getpid()}-", dir=root) as tmp:
         trial_dir = Path(tmp) / spec.trial_id
         run_trial(spec, trial_dir)
         packed = io.BytesIO()
