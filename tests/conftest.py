@@ -112,7 +112,7 @@ def pytest_xdist_auto_num_workers(config):
     the timing bounds of the signal tests assume a machine that is not oversubscribed several times over).  The extra
     worker fills the time the others wait (a process starting, a time-out test sleeping, a Ray or msrun cluster
     coming up): on 2 cores the slow tests took 639 s with 3 workers against 667 s with 2, idle, and the whole suite
-    765 s against 874-982 s beside a busy core, whose one thread the suite's processes then outnumber 3 to 1
+    765-812 s against 874-982 s beside a busy core, whose one thread the suite's processes then outnumber 3 to 1
     (README, "Tests")."""
     import os
 
