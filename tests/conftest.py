@@ -28,7 +28,7 @@ SLOW_MODULES = {
     "test_burst", "test_burst_exit", "test_containment", "test_distributed", "test_executor_option", "test_faults",
     "test_graph_cache", "test_integrity", "test_integrity_resume", "test_mindcv_phases", "test_phase_routes",
     "test_ray", "test_script_loop", "test_script_workload", "test_step_equivalence", "test_sweep",
-    "test_sweep_signals", "test_user_files", "test_mindformers", "test_eager_sweep", "test_eager_accuracy",
+    "test_sweep_signals", "test_user_files", "test_mindformers", "test_eager_sweep", "test_batch_accuracy",
     "test_range_sweep",
 }
 #: fixtures that run a real sweep: every test that reads one is ``slow`` too
@@ -47,13 +47,14 @@ SHARED_SWEEP_MODULES = {
 SWEEP_UNIT = {module: f"{sweep} readers" for sweep, modules in SHARED_SWEEP_MODULES.items() for module in modules}
 
 
-#: the work units that keep a worker busy a minute or more (``pytest --durations=0`` with a core busy), longest first:
+#: the work units that keep a worker busy half a minute or more (``pytest --durations=0``, idle), longest first:
 #: started first, so that the short units fill the other worker's time at the end (longest processing time first)
 #: instead of a long sweep starting last and running alone
 LONGEST_FIRST = [
-    "test_eager_sweep", "test_range_sweep", "test_ray", "test_containment", "test_step_equivalence",
-    "test_distributed", "test_faults", "test_burst", "lm_sweep readers", "test_integrity_resume", "test_own_knobs",
-    "test_integrity", "test_model_train_lm", "quick_sweep readers",
+    "test_range_sweep", "test_containment", "test_ray", "test_faults", "test_distributed", "test_burst",
+    "test_integrity_resume", "test_step_equivalence", "test_own_knobs", "test_integrity", "test_compare",
+    "lm_sweep readers", "test_graph_cache", "test_ci_workflow", "test_script_workload", "test_model_train_lm",
+    "quick_sweep readers", "test_eager_sweep",
 ]
 
 
@@ -136,7 +137,7 @@ def write_plan(folder: Path, **fields) -> Path:
         "baseline": {"batch_size": 32, "mode": "graph", "prefetch_size": 2},
         "decision": {"baseline_runs": 2, "max_runs": 2},
         # the window fixed (batch x steps) and one seed: no sizing probes and no seed runs, which these tests do not
-        # look at; the gate's own tests pass ``accuracy=`` (test_eager_accuracy: three seeds; test_accuracy_gate: sizing)
+        # look at; the gate's own tests pass ``accuracy=`` (test_batch_accuracy: three seeds; test_accuracy_gate: sizing)
         "accuracy": {"samples": 256, "seeds": 1},
     }
     plan.update(fields)

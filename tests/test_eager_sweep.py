@@ -4,9 +4,7 @@ they did, x2 slower; beside the suite's other worker they did not, and paired pr
 the sweep 8 processes and 78 s instead of 4 and 21 s); paired processes of two models run for real in
 ``test_paired.py`` and are decided and checked A/A on scripted sweeps there. A knob that does
 nothing on CPU is named by the burst (``test_burst.py``) and turned into its verdict on scripted measurements
-(``test_sweep_logic.py``). The larger batch the accuracy gate refuses on the same baseline is
-``test_eager_accuracy.py``: two modules, so two xdist work units (``tests/conftest.py``) on two workers, for these
-were the suite's longest fixture as one sweep (165 s idle)."""
+(``test_sweep_logic.py``). The larger batch the accuracy gate refuses is ``test_batch_accuracy.py``."""
 
 from __future__ import annotations
 
