@@ -112,6 +112,7 @@ def phase_medians(records: list[StepRecord], timed: list[StepRecord]) -> dict[st
 
 
 def medians_of(groups: dict[str, list[StepRecord]]) -> dict[str, float]:
+    """Each group's median ``compute_ms``: the steps grouped once serve both the medians and the queue test."""
     return {name: float(np.median([compute_ms(r) for r in rs])) for name, rs in groups.items()}
 
 
