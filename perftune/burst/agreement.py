@@ -119,9 +119,11 @@ def medians_of(groups: dict[str, list[StepRecord]]) -> dict[str, float]:
 def queue_fed_phases(groups: dict[str, list[StepRecord]]) -> set[str]:
     """The phases fed from a full queue beside data-bound timed steps (``DATA_BOUND_SHARE``, ``QUEUE_FED_SHARE``):
     their pipeline rested while they computed, the timed steps' did not."""
-    timed = groups.get("timed") or []
-    wait = float(np.median([r.data_wait_ms for r in timed])) if timed else 0.0
-    if not timed or wait < DATA_BOUND_SHARE * float(np.median([r.step_ms for r in timed])):
+    timed = groups.get("timed")
+    if not timed:
+        return set()
+    wait = float(np.median([r.data_wait_ms for r in timed]))
+    if wait < DATA_BOUND_SHARE * float(np.median([r.step_ms for r in timed])):
         return set()
     return {p for p, rs in groups.items()
             if p != "timed" and float(np.median([r.data_wait_ms for r in rs])) <= QUEUE_FED_SHARE * wait}
